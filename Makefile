@@ -1,0 +1,42 @@
+# The two commands of the README: `make run` (service + demo model, embedded) and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install run test test-unit bench openapi lint typecheck clean
+
+# torch==2.13.0 first: it comes from the machine's local CPU wheel. A bare torch requirement with no
+# torch installed would pull gigabytes of CUDA packages; pyproject's range is satisfied by 2.13.0.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(PY) -m service
+
+test: install
+	bash ops/ensure-services.sh
+	$(PY) -m pytest
+
+test-unit: install
+	$(PY) -m pytest tests/unit
+
+bench: install
+	$(PY) -m bench.hessian_free --quick
+
+openapi: install
+	$(PY) -m service.openapi > openapi.yaml
+
+lint: install
+	$(PY) -m ruff check unlearning service workers bench tests
+
+typecheck: install
+	$(PY) -m mypy unlearning
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache

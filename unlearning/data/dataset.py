@@ -1,0 +1,129 @@
+"""The Dataset every method trains on: stable string sample ids, owner ids, features and labels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from unlearning.errors import InvalidDatasetError, UnknownSampleError
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A labelled classification dataset whose rows are addressed by stable string ids.
+
+    ``sample_ids[i]`` names row i for its whole life (deletion requests use it); ``owner_ids[i]`` is the
+    user the row belongs to, so forgetting a user means forgetting every row they own. ``features`` is
+    float32 of shape (n, *feature_shape) and ``labels`` int64 in [0, num_classes).
+    """
+
+    sample_ids: tuple[str, ...]
+    owner_ids: tuple[str, ...]
+    features: np.ndarray
+    labels: np.ndarray
+    num_classes: int
+    name: str = "dataset"
+    _index: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        features = np.ascontiguousarray(self.features, dtype=np.float32)
+        labels = np.ascontiguousarray(self.labels).astype(np.int64, copy=False)
+        object.__setattr__(self, "features", features)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "sample_ids", tuple(str(s) for s in self.sample_ids))
+        object.__setattr__(self, "owner_ids", tuple(str(o) for o in self.owner_ids))
+        self._validate()
+        object.__setattr__(self, "_index", {sid: i for i, sid in enumerate(self.sample_ids)})
+
+    def _validate(self) -> None:
+        n = len(self.sample_ids)
+        if n == 0:
+            raise InvalidDatasetError("the dataset has no rows")
+        if len(self.owner_ids) != n:
+            raise InvalidDatasetError(f"{len(self.owner_ids)} owner ids for {n} sample ids: give one owner per row")
+        if self.features.shape[0] != n or self.labels.shape != (n,):
+            raise InvalidDatasetError(
+                f"features have {self.features.shape[0]} rows and labels shape {self.labels.shape}, "
+                f"expected {n} rows and labels of shape ({n},)"
+            )
+        if len(set(self.sample_ids)) != n:
+            seen: set[str] = set()
+            dup = next(s for s in self.sample_ids if s in seen or seen.add(s))  # type: ignore[func-returns-value]
+            raise InvalidDatasetError(f"sample id {dup!r} appears more than once: sample ids must be unique")
+        if any(s == "" for s in self.sample_ids) or any(o == "" for o in self.owner_ids):
+            raise InvalidDatasetError("sample and owner ids must be non-empty strings")
+        finite = np.isfinite(self.features)
+        if not finite.all():
+            row = int(np.argwhere(~finite)[0][0])
+            raise InvalidDatasetError(
+                f"features of sample {self.sample_ids[row]!r} (row {row}) contain NaN or infinite values"
+            )
+        if self.num_classes < 2:
+            raise InvalidDatasetError(f"num_classes is {self.num_classes}: a classifier needs at least 2")
+        bad = (self.labels < 0) | (self.labels >= self.num_classes)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise InvalidDatasetError(
+                f"label {int(self.labels[row])} of sample {self.sample_ids[row]!r} is outside "
+                f"[0, {self.num_classes - 1}]"
+            )
+
+    def __len__(self) -> int:
+        return len(self.sample_ids)
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.features.shape[1:])
+
+    @property
+    def num_features(self) -> int:
+        return int(np.prod(self.feature_shape))
+
+    def indices_of(self, sample_ids: Iterable[str]) -> np.ndarray:
+        """Row indices of ``sample_ids``; raises :class:`UnknownSampleError` naming the first unknown id."""
+        out = []
+        for sid in sample_ids:
+            try:
+                out.append(self._index[sid])
+            except KeyError:
+                raise UnknownSampleError(f"sample id {sid!r} is not in dataset {self.name!r}") from None
+        return np.asarray(out, dtype=np.int64)
+
+    def contains(self, sample_id: str) -> bool:
+        return sample_id in self._index
+
+    def samples_of_owners(self, owner_ids: Iterable[str]) -> tuple[str, ...]:
+        """Every sample id owned by one of ``owner_ids``; an owner with no rows is an error."""
+        wanted = set(owner_ids)
+        found = {o: False for o in wanted}
+        out = []
+        for sid, owner in zip(self.sample_ids, self.owner_ids):
+            if owner in wanted:
+                out.append(sid)
+                found[owner] = True
+        missing = sorted(o for o, ok in found.items() if not ok)
+        if missing:
+            raise UnknownSampleError(f"owner {missing[0]!r} has no samples in dataset {self.name!r}")
+        return tuple(out)
+
+    def take(self, indices: Sequence[int] | np.ndarray, name: str | None = None) -> Dataset:
+        """The rows at ``indices`` (in that order) as a new Dataset."""
+        idx = np.asarray(indices, dtype=np.int64)
+        return Dataset(
+            sample_ids=tuple(self.sample_ids[i] for i in idx),
+            owner_ids=tuple(self.owner_ids[i] for i in idx),
+            features=self.features[idx],
+            labels=self.labels[idx],
+            num_classes=self.num_classes,
+            name=name or self.name,
+        )
+
+    def without(self, sample_ids: Iterable[str]) -> Dataset:
+        """This dataset with ``sample_ids`` removed (order of the rest kept); unknown ids are an error."""
+        drop = set(self.indices_of(sample_ids).tolist())
+        keep = [i for i in range(len(self)) if i not in drop]
+        if not keep:
+            raise InvalidDatasetError("removing these samples would leave the dataset empty")
+        return self.take(keep)

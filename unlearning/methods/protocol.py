@@ -1,0 +1,194 @@
+"""The method protocol: the four questions every unlearning method answers (DESIGN.md, "the heart").
+
+Nothing outside a method module branches on a method's name; the service only calls these functions
+and stores the parts of :class:`MethodState` each in its own place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import torch
+
+from unlearning.data import Dataset
+from unlearning.errors import EmptyRequestError, InvalidConfigError
+from unlearning.privacy.certificate import Certificate, ReleaseMode
+
+ProgressCallback = Callable[[str, float], None]
+"""Called as ``progress(phase, fraction_done)`` with fraction in [0, 1]."""
+
+
+@dataclass(frozen=True)
+class PrivacyTarget:
+    """The (epsilon, delta) a model's releases must meet, and how they are released."""
+
+    epsilon: float = 1.0
+    delta: float = 1e-3
+    release_mode: ReleaseMode = "audited"
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise InvalidConfigError(f"epsilon must be a finite number > 0, got {self.epsilon}")
+        if not 0 < self.delta < 1:
+            raise InvalidConfigError(f"delta must lie in (0, 1), got {self.delta}")
+        if self.release_mode not in ("certified", "audited"):
+            raise InvalidConfigError(f"release_mode must be 'certified' or 'audited', got {self.release_mode!r}")
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    """When the guarantee (or utility) of the next update counts as exhausted, forcing a retrain.
+
+    Each limit is optional; the first one the next update would cross triggers the retrain.
+    - ``max_sigma``: the largest noise standard deviation a certified release may carry;
+    - ``max_deletions``: the largest number of samples deleted within one budget epoch;
+    - ``max_deletion_fraction``: the same as a fraction of the epoch's training set.
+    """
+
+    max_sigma: float | None = None
+    max_deletions: int | None = None
+    max_deletion_fraction: float | None = 0.3
+
+    def __post_init__(self) -> None:
+        if self.max_sigma is not None and not self.max_sigma > 0:
+            raise InvalidConfigError(f"max_sigma must be > 0, got {self.max_sigma}")
+        if self.max_deletions is not None and self.max_deletions < 1:
+            raise InvalidConfigError(f"max_deletions must be >= 1, got {self.max_deletions}")
+        if self.max_deletion_fraction is not None and not 0 < self.max_deletion_fraction <= 1:
+            raise InvalidConfigError(f"max_deletion_fraction must lie in (0, 1], got {self.max_deletion_fraction}")
+
+
+@dataclass(frozen=True)
+class ForgetRequest:
+    """One batch of deletions. Owners expand to every remaining sample they own.
+
+    Graph methods also accept edges ``(u, v)``, node-feature deletions and whole graphs; a method
+    rejects kinds outside its ``request_kinds`` with :class:`UnsupportedRequestError`.
+    """
+
+    sample_ids: tuple[str, ...] = ()
+    owner_ids: tuple[str, ...] = ()
+    edges: tuple[tuple[str, str], ...] = ()
+    node_feature_ids: tuple[str, ...] = ()
+    graph_ids: tuple[str, ...] = ()
+
+    def kinds(self) -> frozenset[str]:
+        present = {
+            "sample": self.sample_ids,
+            "owner": self.owner_ids,
+            "edge": self.edges,
+            "node_features": self.node_feature_ids,
+            "graph": self.graph_ids,
+        }
+        return frozenset(k for k, v in present.items() if v)
+
+    def require_nonempty(self) -> None:
+        if not self.kinds():
+            raise EmptyRequestError("the request names nothing to forget: give sample ids or owner ids")
+
+
+class SampleStatistics(Protocol):
+    """Per-sample statistics a method keeps between requests (HF: one d-vector per sample).
+
+    Implemented in memory by the library and over Redis by the service; both keep per-owner sums over
+    the owner's *remaining* samples so that forgetting a whole user is one vector read.
+    """
+
+    dim: int
+
+    def has(self, sample_id: str) -> bool: ...
+
+    def owner_of(self, sample_id: str) -> str: ...
+
+    def remaining_of_owner(self, owner_id: str) -> tuple[str, ...]: ...
+
+    def sum_samples(self, sample_ids: Sequence[str]) -> torch.Tensor: ...
+
+    def sum_owner(self, owner_id: str) -> torch.Tensor: ...
+
+    def remove(self, sample_ids: Sequence[str]) -> None: ...
+
+    def export(self) -> StatisticsSnapshot: ...
+
+
+@dataclass(frozen=True)
+class StatisticsSnapshot:
+    """The remaining per-sample vectors as plain arrays, for durable storage and rebuilding a hot store."""
+
+    sample_ids: tuple[str, ...]
+    owner_ids: tuple[str, ...]
+    vectors: torch.Tensor  # (len(sample_ids), dim), row i belongs to sample_ids[i]
+
+
+@dataclass
+class MethodState:
+    """Everything a method needs between requests, split the way the service stores it.
+
+    - ``clean_weights`` (w̄) and ``released_weights`` (w̃ = w̄ + noise) are versioned blobs;
+    - ``statistics`` are the per-sample vectors (hot store), or None for methods that keep none;
+    - ``accounting`` holds small JSON-able scalars (the ledger's inputs), including ``deleted_count``
+      and ``train_size`` of the current budget epoch;
+    - ``deleted_ids`` are the samples forgotten in this budget epoch (never applied twice).
+    """
+
+    method: str
+    model: Any  # unlearning.models.ModelSpec; kept loose so methods on other feature maps can extend it
+    clean_weights: torch.Tensor
+    released_weights: torch.Tensor
+    statistics: SampleStatistics | None
+    accounting: dict[str, Any]
+    deleted_ids: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class ForgetOutcome:
+    state: MethodState
+    certificate: Certificate
+    forgotten_ids: tuple[str, ...]
+
+
+@runtime_checkable
+class UnlearningMethod(Protocol):
+    """One module per method implements this; the registry maps names to instances."""
+
+    name: ClassVar[str]
+    request_kinds: ClassVar[frozenset[str]]
+    needs_training_data: ClassVar[bool]
+    """Whether ``forget`` needs the remaining training data (HF: no; Newton, Langevin: yes)."""
+
+    def default_config(self) -> dict[str, Any]: ...
+
+    def fit(
+        self,
+        dataset: Dataset,
+        config: Mapping[str, Any],
+        privacy: PrivacyTarget,
+        seed: int,
+        progress: ProgressCallback | None = None,
+        policy: BudgetPolicy | None = None,
+    ) -> tuple[MethodState, Certificate]: ...
+
+    def forget(
+        self,
+        state: MethodState,
+        request: ForgetRequest,
+        noise_seed: int,
+        privacy: PrivacyTarget,
+        remaining: Dataset | None = None,
+        policy: BudgetPolicy | None = None,
+    ) -> ForgetOutcome: ...
+
+    def must_retrain(
+        self, state: MethodState, policy: BudgetPolicy, privacy: PrivacyTarget, pending_deletions: int = 0
+    ) -> str | None: ...
+
+    def budget_cap(self, state: MethodState, policy: BudgetPolicy, privacy: PrivacyTarget) -> float:
+        """The most budget (in the certificate's ``budget_unit``) one epoch may spend under ``policy``."""
+        ...
+
+    def verify_certificate(self, certificate: Certificate) -> list[str]:
+        """Recompute the bound and noise from the certificate's inputs; returns the discrepancies."""
+        ...

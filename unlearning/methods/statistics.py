@@ -1,0 +1,94 @@
+"""In-memory per-sample statistics with per-owner sums (the library's SampleStatistics)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from unlearning.errors import AlreadyDeletedError, DimensionMismatchError, UnknownSampleError
+from unlearning.methods.protocol import StatisticsSnapshot
+
+
+class InMemorySampleStatistics:
+    """One d-vector per sample in a dense (n, d) matrix, plus a running sum per owner.
+
+    Owner sums always cover the owner's *remaining* samples: removing a sample subtracts its vector
+    from its owner's sum, so forgetting a whole owner later is still a single vector read.
+    """
+
+    def __init__(self, sample_ids: Sequence[str], owner_ids: Sequence[str], vectors: torch.Tensor) -> None:
+        if vectors.ndim != 2 or vectors.shape[0] != len(sample_ids) or len(owner_ids) != len(sample_ids):
+            raise DimensionMismatchError(
+                f"{len(sample_ids)} sample ids, {len(owner_ids)} owner ids and vectors of shape "
+                f"{tuple(vectors.shape)}: expected one (d,) row per sample"
+            )
+        self.dim = int(vectors.shape[1])
+        self._vectors = vectors
+        self._row = {sid: i for i, sid in enumerate(sample_ids)}
+        self._owner = {sid: oid for sid, oid in zip(sample_ids, owner_ids)}
+        self._alive = torch.ones(len(sample_ids), dtype=torch.bool)
+        self._owner_rows: dict[str, list[int]] = {}
+        for i, oid in enumerate(owner_ids):
+            self._owner_rows.setdefault(oid, []).append(i)
+        self._owner_sum = {
+            oid: vectors[torch.as_tensor(rows)].sum(dim=0) for oid, rows in self._owner_rows.items()
+        }
+        self._sample_ids = tuple(sample_ids)
+
+    def has(self, sample_id: str) -> bool:
+        row = self._row.get(sample_id)
+        return row is not None and bool(self._alive[row])
+
+    def _rows(self, sample_ids: Sequence[str]) -> torch.Tensor:
+        rows = []
+        for sid in sample_ids:
+            row = self._row.get(sid)
+            if row is None:
+                raise UnknownSampleError(f"sample id {sid!r} was not in this model's training set")
+            if not self._alive[row]:
+                raise AlreadyDeletedError(f"sample {sid!r} has already been forgotten")
+            rows.append(row)
+        if len(set(rows)) != len(rows):
+            raise AlreadyDeletedError("the request names the same sample twice")
+        return torch.as_tensor(rows, dtype=torch.long)
+
+    def owner_of(self, sample_id: str) -> str:
+        if sample_id not in self._owner:
+            raise UnknownSampleError(f"sample id {sample_id!r} was not in this model's training set")
+        return self._owner[sample_id]
+
+    def remaining_of_owner(self, owner_id: str) -> tuple[str, ...]:
+        if owner_id not in self._owner_rows:
+            raise UnknownSampleError(f"owner {owner_id!r} has no samples in this model's training set")
+        return tuple(self._sample_ids[i] for i in self._owner_rows[owner_id] if self._alive[i])
+
+    def sum_samples(self, sample_ids: Sequence[str]) -> torch.Tensor:
+        rows = self._rows(sample_ids)
+        return self._vectors[rows].sum(dim=0)
+
+    def sum_owner(self, owner_id: str) -> torch.Tensor:
+        if owner_id not in self._owner_sum:
+            raise UnknownSampleError(f"owner {owner_id!r} has no samples in this model's training set")
+        return self._owner_sum[owner_id].clone()
+
+    def remove(self, sample_ids: Sequence[str]) -> None:
+        rows = self._rows(sample_ids)
+        for row in rows.tolist():
+            oid = self._owner[self._sample_ids[row]]
+            self._owner_sum[oid] -= self._vectors[row]
+        self._alive[rows] = False
+
+    def vector(self, sample_id: str) -> torch.Tensor:
+        return self._vectors[self._rows([sample_id])[0]].clone()
+
+    def export(self) -> StatisticsSnapshot:
+        alive = torch.nonzero(self._alive).flatten()
+        ids = tuple(self._sample_ids[i] for i in alive.tolist())
+        return StatisticsSnapshot(
+            sample_ids=ids, owner_ids=tuple(self._owner[s] for s in ids), vectors=self._vectors[alive].clone()
+        )
+
+    @classmethod
+    def from_snapshot(cls, snapshot: StatisticsSnapshot) -> InMemorySampleStatistics:
+        return cls(snapshot.sample_ids, snapshot.owner_ids, snapshot.vectors)

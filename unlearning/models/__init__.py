@@ -1,0 +1,9 @@
+"""Model families as flat-parameter functions: ``logits = model.logits(w, x)`` with ``w`` a 1-D tensor.
+
+Every method works on the flat vector ``w`` (the approximator vectors a^{-u} of the Hessian-free method
+live in the same space), so a family only says how to build its module and how to initialise it.
+"""
+
+from unlearning.models.flat import FlatModel, ModelSpec, build_model, family_names
+
+__all__ = ["FlatModel", "ModelSpec", "build_model", "family_names"]

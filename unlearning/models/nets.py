@@ -1,0 +1,84 @@
+"""Neural families: an MLP, the Hessian-free paper's small CNN, and LeNet-5 (digest 002, section 8)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from unlearning.errors import InvalidConfigError
+from unlearning.models.flat import ModelSpec, register_family
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
+
+
+class Flatten(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], -1)
+
+
+@register_family("mlp")
+def _build_mlp(spec: ModelSpec) -> nn.Module:
+    """Flatten, then Linear-activation blocks of widths ``options["hidden"]`` (default (64,))."""
+    hidden = [int(h) for h in spec.options.get("hidden", (64,))]
+    act_name = str(spec.options.get("activation", "tanh"))
+    if act_name not in _ACTIVATIONS:
+        raise InvalidConfigError(f"unknown activation {act_name!r}; choose one of {sorted(_ACTIVATIONS)}")
+    layers: list[nn.Module] = [Flatten()]
+    width = math.prod(spec.input_shape)
+    for h in hidden:
+        layers += [nn.Linear(width, h), _ACTIVATIONS[act_name]()]
+        width = h
+    layers.append(nn.Linear(width, spec.num_classes))
+    return nn.Sequential(*layers)
+
+
+def _require_image(spec: ModelSpec, channels: int, size: int) -> None:
+    if tuple(spec.input_shape) != (channels, size, size):
+        raise InvalidConfigError(
+            f"family {spec.family!r} takes images of shape ({channels}, {size}, {size}), "
+            f"got {tuple(spec.input_shape)}"
+        )
+
+
+@register_family("cnn")
+def _build_cnn(spec: ModelSpec) -> nn.Module:
+    """conv 1->10 k5, pool, conv 10->20 k5, pool, fc 320->50->10 (21,840 parameters for MNIST).
+
+    ReLU after each conv+pool and after fc1, as the authors' model; no dropout (training and Stage II
+    must see one deterministic map).
+    """
+    _require_image(spec, 1, 28)
+    return nn.Sequential(
+        nn.Conv2d(1, 10, kernel_size=5),
+        nn.MaxPool2d(2),
+        nn.ReLU(),
+        nn.Conv2d(10, 20, kernel_size=5),
+        nn.MaxPool2d(2),
+        nn.ReLU(),
+        Flatten(),
+        nn.Linear(320, 50),
+        nn.ReLU(),
+        nn.Linear(50, spec.num_classes),
+    )
+
+
+@register_family("lenet5")
+def _build_lenet(spec: ModelSpec) -> nn.Module:
+    """conv 1->6 k5 pad2, pool, conv 6->16 k5, pool, fc 400->120->84->10 (61,706 parameters)."""
+    _require_image(spec, 1, 28)
+    return nn.Sequential(
+        nn.Conv2d(1, 6, kernel_size=5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, kernel_size=5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        Flatten(),
+        nn.Linear(400, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, spec.num_classes),
+    )
