@@ -203,3 +203,19 @@ def test_dataset_shape_must_match_the_model(data: Dataset) -> None:
     model = build_model(ModelSpec("logistic_regression", (7,), 3))
     with pytest.raises(DimensionMismatchError):
         train_recorded(model, data, SGDConfig(epochs=1), seed=0)
+
+
+def test_repair_is_labelled_uncertified_and_keeps_forgetting_consistent(data: Dataset) -> None:
+    method = get_method("hessian_free")
+    state, _ = method.fit(data, TINY, CERTIFIED, seed=3)
+    out = method.forget(state, ForgetRequest(sample_ids=data.sample_ids[:12]), 1, CERTIFIED)
+    remaining = data.without(out.forgotten_ids)
+    repaired, cert = method.repair(out.state, remaining, epochs=1, seed=4, privacy=CERTIFIED)  # type: ignore[attr-defined]
+    assert cert.guarantee == "none" and cert.sigma == 0.0 and cert.epsilon is None
+    assert method.verify_certificate(cert) == []
+    assert not torch.equal(repaired.clean_weights, out.state.clean_weights)  # it did fine-tune
+    later = method.forget(repaired, ForgetRequest(sample_ids=remaining.sample_ids[:2]), 2, CERTIFIED)
+    assert later.certificate.guarantee == "none" and later.certificate.sigma == 0.0
+    assert torch.equal(later.state.released_weights, later.state.clean_weights)
+    with pytest.raises(Exception, match="remaining samples"):
+        method.repair(out.state, data, epochs=1, seed=4, privacy=CERTIFIED)  # type: ignore[attr-defined]

@@ -121,6 +121,35 @@ def per_sample_bound_from(inputs: Mapping[str, Any]) -> float:
     )
 
 
+def state_from_record(
+    dataset: Dataset, spec: ModelSpec, record: TrainingRecord, config: Mapping[str, Any],
+    measured: Mapping[str, float] | None = None,
+) -> MethodState:
+    """The method state right after Stage II: clean = released = w_T, vectors per sample, accounting."""
+    if record.vectors is None:
+        raise InvalidConfigError("the training record has no approximator vectors: train with_vectors=True")
+    g_bound, g_source = _gradient_bound(record)
+    inputs = _bound_inputs(record, g_bound, g_source)
+    accounting: dict[str, Any] = {
+        **inputs,
+        "per_sample_bound": per_sample_bound_from(inputs),
+        "deleted_count": 0,
+        "train_size": len(dataset),
+        "config": dict(config),
+        "measured": dict(measured or {}),
+        "seconds_precompute": record.seconds.get("train_and_precompute", float("nan")),
+    }
+    weights = record.weights.detach().cpu()
+    return MethodState(
+        method=HessianFree.name,
+        model=spec,
+        clean_weights=weights,
+        released_weights=weights.clone(),
+        statistics=InMemorySampleStatistics(dataset.sample_ids, dataset.owner_ids, record.vectors.cpu()),
+        accounting=accounting,
+    )
+
+
 class HessianFree:
     """The ``hessian_free`` method; see the module docstring."""
 
@@ -167,28 +196,8 @@ class HessianFree:
             device=default_device(),
             progress=(lambda f: progress("training_and_precompute", f)) if progress else None,
         )
-        assert record.vectors is not None
-        g_bound, g_source = _gradient_bound(record)
-        inputs = _bound_inputs(record, g_bound, g_source)
-        accounting: dict[str, Any] = {
-            **inputs,
-            "per_sample_bound": per_sample_bound_from(inputs),
-            "deleted_count": 0,
-            "train_size": len(dataset),
-            "config": merged,
-            "measured": self._audit_probe(model, dataset, record, float(merged["audit_probe_fraction"]), seed),
-            "seconds_precompute": record.seconds.get("train_and_precompute", float("nan")),
-        }
-        statistics = InMemorySampleStatistics(dataset.sample_ids, dataset.owner_ids, record.vectors.cpu())
-        weights = record.weights.detach().cpu()
-        state = MethodState(
-            method=self.name,
-            model=spec,
-            clean_weights=weights,
-            released_weights=weights.clone(),
-            statistics=statistics,
-            accounting=accounting,
-        )
+        probe = self._audit_probe(model, dataset, record, float(merged["audit_probe_fraction"]), seed)
+        state = state_from_record(dataset, spec, record, merged, probe)
         if progress:
             progress("done", 1.0)
         return state, self._certificate(state, privacy, policy, charge=0, noise_seed=None, sigma=0.0, cal="none")
@@ -248,7 +257,6 @@ class HessianFree:
             clean_weights=clean,
             released_weights=released,
             accounting=accounting,
-            deleted_ids=state.deleted_ids | set(forgotten),
         )
         seed = noise_seed if sigma > 0 else None
         cert = self._certificate(new_state, privacy, policy, charge=len(forgotten), noise_seed=seed, sigma=sigma, cal=cal)
@@ -275,11 +283,51 @@ class HessianFree:
 
     @staticmethod
     def _noise_scale(accounting: Mapping[str, Any], privacy: PrivacyTarget) -> tuple[float, str]:
-        if privacy.release_mode == "audited":
+        if privacy.release_mode == "audited" or accounting.get("repaired"):
             return 0.0, "none"
         bound = hf_total_bound(float(accounting["per_sample_bound"]), int(accounting["deleted_count"]))
         sigma, cal = calibrate_sigma(bound, privacy.epsilon, privacy.delta)
         return sigma, (cal if sigma > 0 else "none")
+
+    # ----------------------------------------------------------------------------------- repair
+    def repair(
+        self, state: MethodState, remaining: Dataset, epochs: int, seed: int, privacy: PrivacyTarget
+    ) -> tuple[MethodState, Certificate]:
+        """Algorithm 3 (digest 002 section 2.5), explicitly UNCERTIFIED: fine-tune w̄ on the remaining data
+        for ``epochs`` more epochs of the recorded SGD (step sizes continue the decay where training
+        stopped), while the remaining samples' vectors are propagated through the new steps and receive
+        their new injections, i.e. the Stage II recursion continued from the old vectors.
+
+        Every later release of this budget epoch carries ``guarantee = "none"`` and no noise: the Eq. 56
+        bound was derived for the original trajectory only. A retrain starts a certified epoch again.
+        """
+        stats = state.statistics
+        if stats is None:
+            raise InvalidConfigError("this state has no per-sample vectors to repair")
+        snapshot = stats.export()
+        if set(snapshot.sample_ids) != set(remaining.sample_ids):
+            raise InvalidConfigError("repair needs exactly the remaining samples of this budget epoch")
+        order = {sid: i for i, sid in enumerate(snapshot.sample_ids)}
+        start_vectors = snapshot.vectors[torch.as_tensor([order[s] for s in remaining.sample_ids])]
+        config = state.accounting["config"]
+        cfg = sgd_config(config)
+        cfg = replace(cfg, epochs=epochs, lr=cfg.step_size(int(state.accounting["total_steps"])))
+        model = build_model(state.model)
+        record = train_recorded(
+            model, remaining, cfg, seed, device=default_device(),
+            start_weights=state.clean_weights, start_vectors=start_vectors,
+        )
+        assert record.vectors is not None
+        weights = record.weights.detach().cpu()
+        accounting = {**state.accounting, "repaired": True, "repair_epochs": epochs, "repair_seed": seed}
+        new_state = replace(
+            state,
+            clean_weights=weights,
+            released_weights=weights.clone(),
+            statistics=InMemorySampleStatistics(remaining.sample_ids, remaining.owner_ids, record.vectors.cpu()),
+            accounting=accounting,
+        )
+        return new_state, self._certificate(new_state, privacy, None, charge=0, noise_seed=None, sigma=0.0, cal="none")
 
     # ----------------------------------------------------------------------------------- budget
     def budget_cap(self, state: MethodState, policy: BudgetPolicy, privacy: PrivacyTarget) -> float:
@@ -321,12 +369,14 @@ class HessianFree:
     ) -> Certificate:
         acc = state.accounting
         m = int(acc["deleted_count"])
-        certified = privacy.release_mode == "certified"
+        repaired = bool(acc.get("repaired"))
+        certified = privacy.release_mode == "certified" and not repaired
         inputs = {k: acc[k] for k in _bound_input_keys()}
+        guarantee = "none" if repaired else ("certified" if certified else "empirical")
         return Certificate(
             method=self.name,
             release_mode=privacy.release_mode,
-            guarantee="certified" if certified else "empirical",
+            guarantee=guarantee,  # type: ignore[arg-type]
             epsilon=privacy.epsilon if certified else None,
             delta=privacy.delta if certified else None,
             bound_name=BOUND_NAME,
@@ -342,7 +392,7 @@ class HessianFree:
             inputs={**inputs, "per_sample_bound": acc["per_sample_bound"], "target_epsilon": privacy.epsilon,
                     "target_delta": privacy.delta},
             measured=dict(acc.get("measured", {})),
-            notes=_notes(certified),
+            notes=_notes(certified, repaired),
         )
 
     def verify_certificate(self, certificate: Certificate) -> list[str]:
@@ -355,6 +405,10 @@ class HessianFree:
         bound = hf_total_bound(per_sample, certificate.cumulative_deletions)
         if not math.isclose(bound, certificate.bound, rel_tol=_REL_TOL):
             problems.append(f"bound recomputes to {bound}, certificate says {certificate.bound}")
+        if certificate.guarantee == "none":
+            if certificate.sigma != 0.0 or certificate.epsilon is not None:
+                problems.append("a release without guarantee must carry no noise and no epsilon")
+            return problems
         if certificate.release_mode == "certified" and certificate.cumulative_deletions > 0:
             sigma, cal = calibrate_sigma(bound, float(inputs["target_epsilon"]), float(inputs["target_delta"]))
             if not math.isclose(sigma, certificate.sigma, rel_tol=_REL_TOL) or cal != certificate.calibration:
@@ -388,7 +442,12 @@ def _cap_reason(state: MethodState, policy: BudgetPolicy, privacy: PrivacyTarget
     return "the training set size"
 
 
-def _notes(certified: bool) -> str:
+def _notes(certified: bool, repaired: bool = False) -> str:
+    if repaired:
+        return (
+            "Repaired (Algorithm 3): the model was fine-tuned on the remaining data and no bound covers "
+            "it, so this release carries no guarantee. A retrain starts a certified budget epoch again."
+        )
     if certified:
         return (
             "Certified under the paper's Assumption 1 with the recorded rho (power-iteration estimate, "

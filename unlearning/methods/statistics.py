@@ -31,9 +31,11 @@ class InMemorySampleStatistics:
         self._owner_rows: dict[str, list[int]] = {}
         for i, oid in enumerate(owner_ids):
             self._owner_rows.setdefault(oid, []).append(i)
-        self._owner_sum = {
-            oid: vectors[torch.as_tensor(rows)].sum(dim=0) for oid, rows in self._owner_rows.items()
-        }
+        self._owner_index = {oid: k for k, oid in enumerate(self._owner_rows)}
+        self._row_owner = torch.as_tensor([self._owner_index[o] for o in owner_ids], dtype=torch.long)
+        # One (owners, d) matrix so that removing many samples updates every owner sum in one index_add.
+        self._owner_sums = torch.zeros(len(self._owner_index), self.dim, dtype=vectors.dtype)
+        self._owner_sums.index_add_(0, self._row_owner, vectors)
         self._sample_ids = tuple(sample_ids)
 
     def has(self, sample_id: str) -> bool:
@@ -68,15 +70,13 @@ class InMemorySampleStatistics:
         return self._vectors[rows].sum(dim=0)
 
     def sum_owner(self, owner_id: str) -> torch.Tensor:
-        if owner_id not in self._owner_sum:
+        if owner_id not in self._owner_index:
             raise UnknownSampleError(f"owner {owner_id!r} has no samples in this model's training set")
-        return self._owner_sum[owner_id].clone()
+        return self._owner_sums[self._owner_index[owner_id]].clone()
 
     def remove(self, sample_ids: Sequence[str]) -> None:
         rows = self._rows(sample_ids)
-        for row in rows.tolist():
-            oid = self._owner[self._sample_ids[row]]
-            self._owner_sum[oid] -= self._vectors[row]
+        self._owner_sums.index_add_(0, self._row_owner[rows], self._vectors[rows], alpha=-1.0)
         self._alive[rows] = False
 
     def vector(self, sample_id: str) -> torch.Tensor:
