@@ -13,9 +13,24 @@ def register(method: UnlearningMethod) -> UnlearningMethod:
     return method
 
 
+_SUPPORT_MODULES = frozenset({"protocol", "registry", "statistics"})
+
+
 def _load() -> None:
-    # Each method module registers itself on import.
-    import unlearning.methods.hessian_free  # noqa: F401
+    """Import every method module of this package once; each registers itself on import.
+
+    Discovery means adding a method is adding one module: nothing else names it.
+    """
+    if _METHODS:
+        return
+    import importlib
+    import pkgutil
+
+    import unlearning.methods as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name not in _SUPPORT_MODULES and not info.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{info.name}")
 
 
 def get_method(name: str) -> UnlearningMethod:
