@@ -14,6 +14,7 @@ def register(method: UnlearningMethod) -> UnlearningMethod:
 
 
 _SUPPORT_MODULES = frozenset({"protocol", "registry", "statistics"})
+_discovered = False
 
 
 def _load() -> None:
@@ -21,8 +22,10 @@ def _load() -> None:
 
     Discovery means adding a method is adding one module: nothing else names it.
     """
-    if _METHODS:
+    global _discovered
+    if _discovered:
         return
+    _discovered = True
     import importlib
     import pkgutil
 
