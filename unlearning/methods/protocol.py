@@ -74,6 +74,7 @@ class ForgetRequest:
     edges: tuple[tuple[str, str], ...] = ()
     node_feature_ids: tuple[str, ...] = ()
     graph_ids: tuple[str, ...] = ()
+    graph_nodes: tuple[tuple[str, str], ...] = ()  # (graph id, node id): a node inside a training graph
 
     def kinds(self) -> frozenset[str]:
         present = {
@@ -82,6 +83,7 @@ class ForgetRequest:
             "edge": self.edges,
             "node_features": self.node_feature_ids,
             "graph": self.graph_ids,
+            "graph_node": self.graph_nodes,
         }
         return frozenset(k for k, v in present.items() if v)
 
