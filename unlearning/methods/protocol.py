@@ -133,6 +133,8 @@ class MethodState:
     - ``statistics`` are the per-sample vectors (hot store), or None for methods that keep none;
     - ``accounting`` holds small JSON-able scalars (the ledger's inputs), including ``deleted_count``
       and ``train_size`` of the current budget epoch;
+    - ``artifacts`` are method-specific tensors kept between requests (e.g. Mini-Unlearning's recorded
+      weight snapshots); the service stores each as a content-addressed safetensors blob;
     - ``deleted_ids`` are the samples forgotten in this budget epoch (never applied twice).
     """
 
@@ -142,6 +144,7 @@ class MethodState:
     released_weights: torch.Tensor
     statistics: SampleStatistics | None
     accounting: dict[str, Any]
+    artifacts: dict[str, torch.Tensor] = field(default_factory=dict)
     deleted_ids: set[str] = field(default_factory=set)
 
 
