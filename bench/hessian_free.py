@@ -18,6 +18,7 @@ import math
 import platform
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from unlearning.audit.verification import accuracy, loss_change_correlation
 from unlearning.baselines import InfluenceJackknife, NewtonStep
 from unlearning.data import Dataset, mnist_subsets
 from unlearning.device import default_device
+from unlearning.errors import UnlearningError
 from unlearning.methods.hessian_free import HessianFree, model_spec_for, sgd_config, state_from_record
 from unlearning.methods.protocol import ForgetRequest, PrivacyTarget
 from unlearning.models import build_model
@@ -51,7 +53,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def _deletion_set(train: Dataset, rate: float, seed: int) -> list[str]:
-    m = max(1, int(round(rate * len(train))))
+    m = max(1, round(rate * len(train)))
     rows = np.random.default_rng([seed, int(rate * 1000)]).permutation(len(train))[:m]
     return [train.sample_ids[i] for i in sorted(rows)]
 
@@ -68,12 +70,12 @@ def _unlearn_timing(method: HessianFree, make_state: Callable[[], Any], ids: Seq
     return {"batched_s": batched, "sequential_total_s": sequential, "per_request_s": sequential / len(ids)}
 
 
-def _baseline(cls: type[NewtonStep] | type[InfluenceJackknife], model: Any, train: Dataset, w: torch.Tensor,
+def _baseline(cls: type[NewtonStep | InfluenceJackknife], model: Any, train: Dataset, w: torch.Tensor,
               l2: float, ids: Sequence[str], replay: torch.Tensor) -> dict[str, Any]:
     try:
         base, pre_s = _timed(lambda: cls(l2).precompute(model, train, w.to(torch.float64)))
         w_new, forget_s = _timed(lambda: base.forget(ids))
-    except Exception as exc:  # a baseline that cannot run here (memory) is reported, not fatal
+    except (RuntimeError, MemoryError, UnlearningError) as exc:  # reported, not fatal: e.g. out of memory
         return {"distance": None, "unlearn_s": None, "precompute_s": None, "error": str(exc)}
     return {
         "distance": float((w_new.to(replay.dtype) - replay).norm()),
@@ -110,7 +112,7 @@ def run(model_name: str, quick: bool, seed: int, baselines: bool) -> dict[str, A
     for rate in RATES:
         ids = _deletion_set(train, rate, seed)
         rows = torch.as_tensor(train.indices_of(ids), device=record.vectors.device)
-        replay, replay_s = _timed(lambda: replay_retrain(model, train, record, ids))
+        replay, replay_s = _timed(partial(replay_retrain, model, train, record, ids))
         retrain_times.append(replay_s)
         replays[rate] = replay
         unlearned = record.weights + record.vectors[rows].sum(0)

@@ -287,7 +287,7 @@ class AutogradStepMap:
         return self._chunked(lambda t: jvp(self.objective.direction, (self.w,), (t,))[1], v)
 
     def vjp(self, v: torch.Tensor) -> torch.Tensor:
-        _, pullback = vjp(self.objective.direction, self.w)
+        pullback = vjp(self.objective.direction, self.w)[1]
         return self._chunked(lambda t: pullback(t)[0], v)
 
     def propagate_(self, v: torch.Tensor, eta: float) -> None:

@@ -207,7 +207,7 @@ class HessianFree:
         model: Any, dataset: Dataset, record: TrainingRecord, fraction: float, seed: int
     ) -> dict[str, float]:
         """Forget a seeded ``fraction`` of the samples with the vectors and measure against the replay."""
-        m = int(round(fraction * len(dataset)))
+        m = round(fraction * len(dataset))
         if m < 1 or record.vectors is None:
             return {}
         rows = np.sort(np.random.default_rng([seed, 0xA0D17]).permutation(len(dataset))[:m])

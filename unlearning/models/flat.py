@@ -60,7 +60,7 @@ def family_names() -> tuple[str, ...]:
 
 def _load_families() -> None:
     # Importing the family modules registers them; done lazily to avoid an import cycle.
-    import unlearning.models.linear  # noqa: F401
+    import unlearning.models.linear
     import unlearning.models.nets  # noqa: F401
 
 
