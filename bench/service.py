@@ -1,0 +1,260 @@
+"""End-to-end benchmark of the service on the real Postgres, Redis and a Celery worker.
+
+``python -m bench.service [--quick]`` starts the API (``python -m service``, production mode) and a
+Celery worker as subprocesses on a fresh Postgres database and an empty Redis database, registers the
+R1 model of the core issue (MNIST subset n = 1,000, multinomial logistic regression, 15 epochs, lr 0.05,
+batch 32, L2 0.5, decay 0.995, clip 5; digest 002 section 8) and measures, over HTTP:
+
+- ``p50_ms``/``p95_ms``/``p99_ms``: POST to completed, each request forgetting one owner, offered by an
+  open-loop generator at ``rate_rps`` (requests are sent on schedule whatever the answers' latency);
+  completed is the server's ``completed_at`` minus the client's send time (one machine, one clock);
+- ``completed_per_s``: a burst of deletions submitted at once (bulk submissions), divided by the time
+  from the first send to the last completion; the worker coalesces them into few versions;
+- ``retrain_per_request_p50_ms``: the same kind of request answered by retraining, on a twin model
+  whose budget policy admits no update (every request waits for a retrain), one request at a time.
+
+The last line of stdout is one JSON object with those keys and the settings that produced them.
+``--quick`` trains R1 for 1 epoch instead of 15 and sends fewer requests; it finishes in under 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import stack
+
+R1 = {
+    "epochs": 15,
+    "batch_size": 32,
+    "lr": 0.05,
+    "lr_decay": 0.995,
+    "l2": 0.5,
+    "clip_norm": 5.0,
+    "clip_mode": "batch",
+}
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def owner_ids(n: int, seed: int) -> list[str]:
+    """The owners of the bundled ``mnist`` dataset with ``n`` rows and ``seed`` (the same seeded draw)."""
+    from unlearning.data import load_mnist_idx, subsample
+
+    return list(dict.fromkeys(subsample(load_mnist_idx(), n, seed).owner_ids))
+
+
+class Bench:
+    def __init__(self, base_url: str) -> None:
+        self.http = httpx.Client(base_url=base_url, timeout=60, limits=httpx.Limits(max_connections=64))
+
+    def register(
+        self, dataset_id: int, hyperparameters: dict[str, Any], policy: dict[str, Any], name: str
+    ) -> int:
+        r = self.http.post(
+            "/v1/models",
+            json={
+                "name": name,
+                "dataset_id": dataset_id,
+                "family": "logistic_regression",
+                "hyperparameters": hyperparameters,
+                "budget_policy": policy,
+            },
+        )
+        r.raise_for_status()
+        return int(r.json()["id"])
+
+    def ready(self, model_id: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.http.get(f"/v1/models/{model_id}").json()["status"]
+            if status["state"] == "ready":
+                return
+            if status["state"] == "failed" or time.monotonic() > deadline:
+                raise RuntimeError(f"model {model_id} did not train: {status}")
+            time.sleep(0.2)
+
+    def delete(self, model_id: int, owner: str) -> tuple[float, int]:
+        sent = time.time()
+        r = self.http.post(
+            f"/v1/models/{model_id}/deletions",
+            json={"owner_ids": [owner]},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        )
+        r.raise_for_status()
+        return sent, int(r.json()["id"])
+
+    def bulk(self, model_id: int, owners: list[str]) -> list[int]:
+        r = self.http.post(
+            f"/v1/models/{model_id}/deletions/bulk",
+            json={"items": [{"owner_ids": [o]} for o in owners]},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        )
+        r.raise_for_status()
+        return [int(item["id"]) for item in r.json()["results"]]
+
+    def completed_at(self, request_id: int, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while True:
+            d = self.http.get(f"/v1/deletions/{request_id}").json()
+            if d["state"] == "completed":
+                return datetime.fromisoformat(d["completed_at"]).timestamp()
+            if d["state"] in ("failed", "canceled") or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"request {request_id} did not complete: {d['state']} {d.get('failure_reason')}"
+                )
+            time.sleep(0.02)
+
+
+def offered_load(base_url: str, model_id: int, owners: list[str], rate: float) -> list[float]:
+    """Open loop: request i is sent at t0 + i/rate whatever the earlier answers' latency (asyncio, one
+    thread: the generator itself must not eat the CPU the service needs). Returns POST-to-completed
+    latencies in ms."""
+
+    async def run() -> list[tuple[float, int]]:
+        async with httpx.AsyncClient(
+            base_url=base_url, timeout=60, limits=httpx.Limits(max_connections=64)
+        ) as client:
+
+            async def one(i: int, owner: str) -> tuple[float, int]:
+                await asyncio.sleep(max(t0 + i / rate - loop.time(), 0))
+                sent = time.time()
+                r = await client.post(
+                    f"/v1/models/{model_id}/deletions",
+                    json={"owner_ids": [owner]},
+                    headers={"Idempotency-Key": str(uuid.uuid4())},
+                )
+                r.raise_for_status()
+                return sent, int(r.json()["id"])
+
+            loop = asyncio.get_running_loop()
+            t0 = loop.time() + 0.2
+            return await asyncio.gather(*(one(i, o) for i, o in enumerate(owners)))
+
+    sent = asyncio.run(run())
+    bench = Bench(base_url)
+    return [(bench.completed_at(rid, 120) - t) * 1000.0 for t, rid in sent]
+
+
+def burst(bench: Bench, model_id: int, owners: list[str], chunk: int = 100) -> float:
+    """Everything at once in bulk submissions of ``chunk``; returns completed deletions per second."""
+    start = time.time()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        ids = [
+            i
+            for part in pool.map(
+                lambda c: bench.bulk(model_id, c),
+                [owners[k : k + chunk] for k in range(0, len(owners), chunk)],
+            )
+            for i in part
+        ]
+    last = max(bench.completed_at(rid, 120) for rid in ids)
+    return len(ids) / max(last - start, 1e-6)
+
+
+def retrain_latencies(bench: Bench, model_id: int, owners: list[str], timeout: float) -> list[float]:
+    out = []
+    for owner in owners:
+        sent, rid = bench.delete(model_id, owner)
+        out.append((bench.completed_at(rid, timeout) - sent) * 1000.0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="R1 trained for 1 epoch, fewer requests (< 60 s)"
+    )
+    parser.add_argument("--rate", type=float, default=100.0, help="offered load in requests/s (default 100)")
+    parser.add_argument("--requests", type=int, default=None, help="requests at the offered load")
+    parser.add_argument("--burst", type=int, default=None, help="deletions in the burst")
+    parser.add_argument("--retrains", type=int, default=None, help="requests answered by retraining")
+    args = parser.parse_args(argv)
+    epochs = 1 if args.quick else R1["epochs"]
+    n_requests = args.requests or (150 if args.quick else 500)
+    n_burst = args.burst or (300 if args.quick else 400)
+    n_retrains = args.retrains or (2 if args.quick else 3)
+    started = time.monotonic()
+    owners = owner_ids(1000, 0)
+    if n_requests + n_burst > 900:
+        parser.error("--requests + --burst must stay within the 900 deletions the budget policy allows")
+
+    token = stack.new_token()
+    with ExitStack() as exit_stack, tempfile.TemporaryDirectory(prefix="lethe-bench-") as tmp:
+        var = Path(tmp)
+        try:
+            pg = exit_stack.enter_context(stack.postgres_database(f"lethe_bench_{token}"))
+            rd = exit_stack.enter_context(stack.redis_database(token))
+        except stack.ServersUnavailable as exc:
+            log(f"cannot run: {exc}")
+            return 2
+        env = stack.service_env(pg, rd, var, token, log_level="warning")
+        base = exit_stack.enter_context(stack.api_server(env, var / "api.log"))
+        exit_stack.enter_context(
+            stack.celery_worker(env, var / "worker.log", concurrency=2, name=f"bench-{token}")
+        )
+        log(f"stack up in {time.monotonic() - started:.1f}s at {base}")
+        bench = Bench(base)
+        dataset = bench.http.post("/v1/datasets/bundled", json={"name": "mnist", "n": 1000, "seed": 0}).json()
+        hyper = {**R1, "epochs": epochs}
+        # R1 serves the updates; its policy leaves room for every deletion of the run (no retrain midway).
+        r1 = bench.register(dataset["id"], hyper, {"max_deletion_fraction": 0.9}, "R1")
+        bench.ready(r1, timeout=1800)
+        log(f"R1 trained ({epochs} epochs) at {time.monotonic() - started:.1f}s")
+        # The twin admits no update (its cap is floor(1e-6 * 1000) = 0 deletions): every request is retrained.
+        twin = bench.register(dataset["id"], hyper, {"max_deletion_fraction": 1e-6}, "R1-retrain-only")
+        bench.ready(twin, timeout=1800)
+
+        latencies = offered_load(base, r1, owners[:n_requests], args.rate)
+        log(f"offered load done at {time.monotonic() - started:.1f}s")
+        rate = burst(bench, r1, owners[n_requests : n_requests + n_burst])
+        log(f"burst done at {time.monotonic() - started:.1f}s")
+        retrains = retrain_latencies(bench, twin, owners[-n_retrains:], timeout=1800)
+        versions = bench.http.get(f"/v1/models/{r1}/versions").json()["versions"]
+        assert bench.http.get("/v1/audit/verify").json()["ok"], "audit chain broken"
+
+    result = {
+        "p50_ms": round(percentile(latencies, 0.50), 2),
+        "p95_ms": round(percentile(latencies, 0.95), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2),
+        "rate_rps": args.rate,
+        "completed_per_s": round(rate, 1),
+        "retrain_per_request_p50_ms": round(statistics.median(retrains), 1),
+        "requests": n_requests,
+        "burst": n_burst,
+        "retrains": n_retrains,
+        "versions": len(versions),
+        "epochs": epochs,
+        "quick": args.quick,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

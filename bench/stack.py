@@ -1,0 +1,182 @@
+"""The service stack on this machine's real servers, for the benchmark and the integration tests.
+
+- :func:`postgres_database`: a fresh, uniquely named database on the local Postgres, dropped at the end;
+- :func:`redis_database`: an empty Redis database number, claimed for the caller, flushed at the end;
+- :func:`service_env`: the LETHE_ variables of a production-mode service on those two;
+- :func:`celery_worker` and :func:`api_server`: the worker and the API as real subprocesses.
+
+Every helper raises :class:`ServersUnavailable` when Postgres or Redis cannot be reached.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+PG = {"host": os.environ.get("LETHE_PG_HOST", "127.0.0.1"), "port": 5432, "user": "postgres"}
+REDIS_HOST, REDIS_PORT = os.environ.get("LETHE_REDIS_HOST", "127.0.0.1"), 6379
+
+
+class ServersUnavailable(RuntimeError):
+    """Postgres or Redis is not reachable."""
+
+
+def new_token() -> str:
+    return f"{os.getpid()}_{secrets.token_hex(3)}"
+
+
+@contextmanager
+def postgres_database(name: str) -> Iterator[str]:
+    """CREATE DATABASE ``name`` (connecting through the ``test`` database); DROP it at the end."""
+    try:
+        admin = psycopg.connect(dbname="test", autocommit=True, connect_timeout=3, **PG)  # type: ignore[arg-type]
+    except psycopg.Error as exc:
+        raise ServersUnavailable(
+            f"Postgres at {PG['host']}:5432 (database 'test', user postgres): {exc}"
+        ) from exc
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://{PG['user']}@{PG['host']}:{PG['port']}/{name}"
+    finally:
+        with psycopg.connect(dbname="test", autocommit=True, **PG) as admin:  # type: ignore[arg-type]
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def redis_database(token: str) -> Iterator[str]:
+    """An empty database number, claimed with a marker key so that concurrent users do not share it."""
+    try:
+        probe = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=3)
+        probe.ping()
+        databases = int(probe.config_get("databases").get("databases", 16))
+    except redis.RedisError as exc:
+        raise ServersUnavailable(f"Redis at {REDIS_HOST}:{REDIS_PORT}: {exc}") from exc
+    for db in range(databases - 1, 0, -1):
+        client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db)
+        if client.dbsize() == 0 and client.set("lethe:claim", token, nx=True, ex=6 * 3600):
+            break
+    else:
+        raise ServersUnavailable("every Redis database number is in use")
+    try:
+        yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
+    finally:
+        client.flushdb()
+
+
+def service_env(pg_url: str, redis_url: str, var_dir: Path, token: str, **overrides: str) -> dict[str, str]:
+    """Production-mode settings on the given servers, as environment variables."""
+    env = {
+        "LETHE_MODE": "production",
+        "LETHE_DATABASE_URL": pg_url,
+        "LETHE_REDIS_URL": redis_url,
+        "LETHE_SUBJECT_HASH_KEY": secrets.token_hex(32),
+        "LETHE_VAR_DIR": str(var_dir),
+        "LETHE_ARTIFACT_DIR": str(var_dir / "artifacts"),
+        "LETHE_CELERY_QUEUE": f"lethe-{token}",
+        "LETHE_REDIS_PREFIX": f"lethe-{token}",
+        "LETHE_DEMO_MODEL": "false",
+        "LETHE_DEVICE": os.environ.get("LETHE_DEVICE", "cpu"),
+    }
+    env.update({f"LETHE_{k.upper()}": v for k, v in overrides.items()})
+    return env
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def celery_worker(
+    env: dict[str, str], log: Path, *, pool: str = "threads", concurrency: int = 4, name: str = "lethe"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``celery -A workers.celery_app worker`` with ``env``; waits until it is ready."""
+    celery = Path(sys.executable).with_name("celery")
+    proc = subprocess.Popen(
+        [
+            str(celery),
+            "-A",
+            "workers.celery_app",
+            "worker",
+            f"--pool={pool}",
+            f"--concurrency={concurrency}",
+            "--loglevel=INFO",
+            "-n",
+            f"{name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        cwd=ROOT,
+        env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while b" ready." not in log.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Celery worker did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        _stop(proc)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def api_server(env: dict[str, str], log: Path) -> Iterator[str]:
+    """``python -m service`` with ``env`` on a free port; yields its base URL once /readyz answers 200."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            **env,
+            "LETHE_PORT": str(port),
+            "LETHE_LOG_LEVEL": "warning",
+            "PYTHONUNBUFFERED": "1",
+        },
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the API did not start:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        yield base
+    finally:
+        _stop(proc)

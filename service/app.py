@@ -1,0 +1,197 @@
+"""The FastAPI application: routers, error handlers, metrics middleware, lifecycle."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service import metrics
+from service.audit.router import router as audit_router
+from service.datasets.router import router as datasets_router
+from service.deletions.router import router as deletions_router
+from service.errors import ApiError, from_unlearning_error
+from service.health.router import router as health_router
+from service.models.router import router as models_router
+from service.runtime import Runtime
+from service.schemas import ErrorBody
+from service.settings import Settings
+from unlearning.errors import UnlearningError
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Lethe turns each deletion request into a certified (or audited) model update, keeps a privacy ledger of
+what every released version guarantees, retrains when the budget would be exceeded, and records all of it
+in a hash-chained audit log. Errors answer `{"error": {"code", "message"}}`; the message says what to fix.
+"""
+
+_HTTP_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
+    """The app. The runtime (database, Redis, worker threads) starts with the app's lifespan, so importing
+    or building the app has no side effects (``python -m service.openapi`` relies on that)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        rt = runtime or Runtime(settings or Settings())
+        app.state.runtime = rt
+        rt.start()
+        if rt.settings.effective_demo_model:
+            from service.demo import ensure_demo
+
+            ensure_demo(rt)
+        try:
+            yield
+        finally:
+            rt.stop()
+
+    app = FastAPI(title="Lethe", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    for router in (health_router, datasets_router, models_router, deletions_router, audit_router):
+        app.include_router(router)
+    _install_error_handlers(app)
+    app.add_middleware(MetricsMiddleware)
+    _document_errors(app)
+    return app
+
+
+def _document_errors(app: FastAPI) -> None:
+    """Make the OpenAPI document say what the API does: every 4xx body is ``ErrorBody`` (FastAPI would
+    otherwise document its own validation-error shape, which the handlers below replace)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            error_ref = {"$ref": "#/components/schemas/ErrorBody"}
+            if "ErrorBody" not in components:
+                components["ErrorBody"] = ErrorBody.model_json_schema(
+                    ref_template="#/components/schemas/{model}"
+                )
+                components.update(components["ErrorBody"].pop("$defs", {}))
+            for operation in (op for item in schema["paths"].values() for op in item.values()):
+                responses = operation.get("responses", {})
+                if "422" in responses:
+                    responses["422"] = {
+                        "description": "Invalid input",
+                        "content": {"application/json": {"schema": error_ref}},
+                    }
+                if "requestBody" in operation and "400" not in responses:
+                    responses["400"] = {
+                        "description": "Malformed request",
+                        "content": {"application/json": {"schema": error_ref}},
+                    }
+            for name in ("HTTPValidationError", "ValidationError"):
+                components.pop(name, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(UnlearningError)
+    async def unlearning_error(_: Request, exc: UnlearningError) -> JSONResponse:
+        mapped = from_unlearning_error(exc)
+        return JSONResponse(mapped.body(), status_code=mapped.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return JSONResponse(
+                {"error": {"code": "malformed_json", "message": "the request body is not valid JSON"}},
+                status_code=400,
+            )
+        details = [
+            {"location": list(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")}
+            for e in errors
+        ]
+        message = "; ".join(
+            f"{'.'.join(str(p) for p in d['location'])}: {d['message']}" for d in details[:10]
+        )
+        return JSONResponse(
+            {"error": {"code": "validation_error", "message": message, "details": details}}, status_code=422
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "error")
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 404 and message == "Not Found":
+            message = "no such endpoint: see /docs for the API"
+        if exc.status_code == 405:
+            # Starlette names only the first route that matched the path; list every method the path takes.
+            allowed = sorted(
+                {
+                    method
+                    for route in request.app.routes
+                    if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
+                    for method in route.methods
+                }
+            )
+            headers["Allow"] = ", ".join(allowed)
+            message = f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}"
+        return JSONResponse(
+            {"error": {"code": code, "message": message}},
+            status_code=exc.status_code,
+            headers=headers or None,
+        )
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(
+            {"error": {"code": "internal", "message": "an unexpected error occurred; it has been logged"}},
+            status_code=500,
+        )
+
+
+class MetricsMiddleware:
+    """Counts requests and observes latency per route template (not per URL: bounded label values)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def capture(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            route: Any = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            metrics.HTTP_REQUESTS.labels(scope["method"], template, str(status["code"])).inc()
+            metrics.HTTP_LATENCY.labels(scope["method"], template).observe(time.perf_counter() - start)

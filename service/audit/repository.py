@@ -1,0 +1,136 @@
+"""SQL for the audit log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from service.audit.chain import GENESIS, event_hash
+from service.db.base import utcnow
+from service.db.tables import AuditEvent, AuditHead, RequestSubject
+from service.db.upsert import insert_ignore
+
+
+class AuditRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def append(
+        self,
+        chain: str,
+        event_type: str,
+        *,
+        model_id: int | None = None,
+        request_id: int | None = None,
+        version_id: int | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        self.append_many(
+            chain,
+            [
+                {
+                    "event_type": event_type,
+                    "model_id": model_id,
+                    "request_id": request_id,
+                    "version_id": version_id,
+                    "payload": payload or {},
+                }
+            ],
+        )
+
+    def append_many(self, chain: str, events: list[dict[str, Any]]) -> None:
+        """Append ``events`` (dicts with event_type, model_id, request_id, version_id, payload) to ``chain``.
+
+        The chain's head row is locked until the transaction ends: writers of one chain are serialised,
+        so sequence numbers have no gaps and each event links to its true predecessor, while writers of
+        different chains (models) do not contend. Three statements however many events.
+        """
+        if not events:
+            return
+        head = self.session.execute(
+            select(AuditHead).where(AuditHead.chain == chain).with_for_update()
+        ).scalar_one_or_none()
+        if head is None:
+            insert_ignore(self.session, AuditHead, {"chain": chain, "seq": 0, "hash": GENESIS})
+            head = self.session.execute(
+                select(AuditHead).where(AuditHead.chain == chain).with_for_update()
+            ).scalar_one()
+        at = utcnow()
+        seq, prev = head.seq, head.hash
+        rows = []
+        for event in events:
+            seq += 1
+            row = {"chain": chain, "chain_seq": seq, "at": at, "prev_hash": prev, **event}
+            row["hash"] = prev = event_hash(
+                row["prev_hash"],
+                chain=chain,
+                chain_seq=seq,
+                at=at,
+                event_type=row["event_type"],
+                model_id=row["model_id"],
+                request_id=row["request_id"],
+                version_id=row["version_id"],
+                payload=row["payload"],
+            )
+            rows.append(row)
+        self.session.execute(insert(AuditEvent), rows)
+        head.seq, head.hash = seq, prev
+
+    def query(
+        self,
+        *,
+        model_id: int | None,
+        request_id: int | None,
+        subject_hashes: list[str] | None,
+        event_type: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        after_id: int | None,
+        limit: int,
+    ) -> list[AuditEvent]:
+        stmt = select(AuditEvent)
+        if model_id is not None:
+            stmt = stmt.where(AuditEvent.model_id == model_id)
+        if request_id is not None:
+            stmt = stmt.where(AuditEvent.request_id == request_id)
+        if subject_hashes is not None:
+            requests = select(RequestSubject.request_id).where(
+                RequestSubject.subject_hash.in_(subject_hashes)
+            )
+            stmt = stmt.where(AuditEvent.request_id.in_(requests))
+        if event_type is not None:
+            stmt = stmt.where(AuditEvent.event_type == event_type)
+        if since is not None:
+            stmt = stmt.where(AuditEvent.at >= since)
+        if until is not None:
+            stmt = stmt.where(AuditEvent.at < until)
+        if after_id is not None:
+            stmt = stmt.where(AuditEvent.id > after_id)
+        return list(self.session.scalars(stmt.order_by(AuditEvent.id).limit(limit)))
+
+    def heads(self, chains: list[str] | None = None) -> list[AuditHead]:
+        stmt = select(AuditHead).order_by(AuditHead.chain)
+        if chains is not None:
+            stmt = stmt.where(AuditHead.chain.in_(chains))
+        return list(self.session.scalars(stmt))
+
+    def chain_events(self, chain: str, batch: int = 1000) -> Iterator[AuditEvent]:
+        """Every event of ``chain`` in sequence order, read in pages."""
+        last = 0
+        while True:
+            rows = list(
+                self.session.scalars(
+                    select(AuditEvent)
+                    .where(AuditEvent.chain == chain, AuditEvent.chain_seq > last)
+                    .order_by(AuditEvent.chain_seq)
+                    .limit(batch)
+                )
+            )
+            yield from rows
+            if len(rows) < batch:
+                return
+            last = rows[-1].chain_seq

@@ -1,0 +1,1 @@
+"""Datasets: uploads (CSV, NPZ, Parquet) and bundled datasets."""

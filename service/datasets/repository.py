@@ -1,0 +1,32 @@
+"""SQL for datasets."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.db.tables import Dataset
+
+
+class DatasetRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, dataset: Dataset) -> Dataset:
+        self.session.add(dataset)
+        self.session.flush()
+        return dataset
+
+    def get(self, dataset_id: int) -> Dataset | None:
+        return self.session.get(Dataset, dataset_id)
+
+    def lock(self, dataset_id: int) -> Dataset | None:
+        return self.session.execute(
+            select(Dataset).where(Dataset.id == dataset_id).with_for_update()
+        ).scalar_one_or_none()
+
+    def list(self, *, after_id: int | None, limit: int) -> list[Dataset]:
+        stmt = select(Dataset).order_by(Dataset.id).limit(limit)
+        if after_id is not None:
+            stmt = stmt.where(Dataset.id > after_id)
+        return list(self.session.scalars(stmt))

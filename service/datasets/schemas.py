@@ -1,0 +1,45 @@
+"""Dataset request and response bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from service.schemas import Name, Strict
+
+BUNDLED = ("digits", "breast_cancer", "wine", "iris", "mnist", "synthetic")
+
+
+class BundledDatasetIn(Strict):
+    name: Literal["digits", "breast_cancer", "wine", "iris", "mnist", "synthetic"] = Field(
+        description="digits, breast_cancer, wine, iris (scikit-learn), mnist (the shared IDX files), synthetic"
+    )
+    n: int | None = Field(None, ge=10, le=100_000, description="Draw this many rows (seeded); default all")
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    samples_per_owner: int = Field(
+        1, ge=1, le=1000, description="Rows per owner (owner-00000, owner-00001, ...)"
+    )
+    display_name: Name | None = Field(None, description="Name to show; defaults to the dataset's name")
+
+
+class DatasetOut(BaseModel):
+    id: int
+    name: str
+    source: Literal["upload", "bundled"]
+    format: str
+    num_rows: int = Field(description="Rows still stored (erased subjects' rows are removed)")
+    num_classes: int
+    feature_shape: list[int]
+    erased_rows: int
+    created_at: datetime
+
+
+class DatasetList(BaseModel):
+    datasets: list[DatasetOut]
+    next_after_id: int | None
+
+
+class BundledList(BaseModel):
+    names: list[str]

@@ -1,0 +1,217 @@
+"""Creating datasets from uploads and from the bundled sets."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from service.audit.service import SYSTEM_CHAIN
+from service.datasets.schemas import BundledDatasetIn
+from service.db.tables import Dataset as DatasetRow
+from service.db.uow import UnitOfWork
+from service.errors import NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType
+from service.jobs.state import write_training
+from service.jobs.versions import dataset_holder
+from service.storage.artifacts import ArtifactStore
+from service.storage.buckets import digests, manifest_digest
+from unlearning.data import Dataset, load_mnist_idx, load_sklearn, load_table, make_synthetic, subsample
+from unlearning.errors import InvalidConfigError, InvalidDatasetError, UnlearningError
+
+FORMATS = ("csv", "npz", "parquet")
+_CONTENT_TYPES = {
+    "text/csv": "csv",
+    "application/csv": "csv",
+    "application/x-npz": "npz",
+    "application/zip": "npz",
+    "application/vnd.apache.parquet": "parquet",
+    "application/x-parquet": "parquet",
+}
+_SUFFIXES = {".csv": "csv", ".gz": "csv", ".npz": "npz", ".parquet": "parquet", ".pq": "parquet"}
+
+
+@dataclass(frozen=True)
+class UploadOptions:
+    name: str | None
+    format: str | None
+    id_column: str
+    owner_column: str
+    label_column: str
+    feature_columns: list[str] | None
+    feature_shape: tuple[int, ...] | None
+    num_classes: int | None
+    label_offset: int | None
+
+
+def detect_format(explicit: str | None, filename: str | None, content_type: str | None) -> str:
+    """The table format, from (in order) the ``format`` parameter, the file name, the content type."""
+    if explicit:
+        return explicit
+    if filename:
+        suffix = Path(filename).suffix.lower()
+        if suffix in _SUFFIXES:
+            return _SUFFIXES[suffix]
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if kind in _CONTENT_TYPES:
+        return _CONTENT_TYPES[kind]
+    raise UnsupportedMediaType(
+        f"cannot tell the file format from name {filename!r} and content type {content_type!r}: "
+        "upload a .csv, .csv.gz, .npz or .parquet file, or pass format=csv|npz|parquet"
+    )
+
+
+def _gunzip_capped(src: Path, limit: int) -> Path:
+    """Decompress a gzip upload with a cap, so a small compressed file cannot fill the disk."""
+    dst = src.with_name(src.stem + ".csv")
+    written = 0
+    try:
+        with gzip.open(src, "rb") as fin, dst.open("wb") as fout:
+            while chunk := fin.read(1 << 20):
+                written += len(chunk)
+                if written > limit:
+                    raise PayloadTooLarge(
+                        f"the file decompresses to more than {limit} bytes (LETHE_MAX_DECOMPRESSED_BYTES)"
+                    )
+                fout.write(chunk)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise Unprocessable(f"the file is not a readable gzip file: {exc}", code="invalid_dataset") from exc
+    return dst
+
+
+def _check_npz_size(path: Path, limit: int) -> None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            total = sum(info.file_size for info in archive.infolist())
+    except zipfile.BadZipFile as exc:
+        raise Unprocessable(f"the file is not an NPZ (zip) archive: {exc}", code="invalid_dataset") from exc
+    if total > limit:
+        raise PayloadTooLarge(
+            f"the archive decompresses to {total} bytes, above {limit} (LETHE_MAX_DECOMPRESSED_BYTES)"
+        )
+
+
+def parse_upload(
+    path: Path, fmt: str, filename: str, options: UploadOptions, max_decompressed: int
+) -> Dataset:
+    """Read the uploaded file at ``path`` into a validated Dataset; every input problem is a 4xx."""
+    if fmt not in FORMATS:
+        raise UnsupportedMediaType(f"format {fmt!r} is not supported: use csv, npz or parquet")
+    with path.open("rb") as fh:
+        head = fh.read(2)
+    if fmt == "csv" and head == b"\x1f\x8b":
+        path = _gunzip_capped(path, max_decompressed)
+    target = path.with_suffix("." + fmt)
+    if target != path:
+        shutil.move(path, target)
+    if fmt == "npz":
+        _check_npz_size(target, max_decompressed)
+    try:
+        dataset = load_table(
+            target,
+            id_column=options.id_column,
+            owner_column=options.owner_column,
+            label_column=options.label_column,
+            feature_columns=options.feature_columns if fmt != "npz" else None,
+            num_classes=options.num_classes,
+            label_offset=options.label_offset,
+            name=options.name or Path(filename).stem or "upload",
+        )
+    except UnlearningError as exc:
+        # The loader names the temporary file; the user knows the file by the name they uploaded.
+        raise Unprocessable(str(exc).replace(str(target), filename), code="invalid_dataset") from exc
+    except (ValueError, TypeError, OSError) as exc:  # e.g. numpy refusing a malformed array header
+        raise Unprocessable(f"{filename}: could not read the file: {exc}", code="invalid_dataset") from exc
+    return reshape(dataset, options.feature_shape)
+
+
+def reshape(dataset: Dataset, shape: tuple[int, ...] | None) -> Dataset:
+    if shape is None or tuple(shape) == dataset.feature_shape:
+        return dataset
+    if int(np.prod(shape)) != dataset.num_features:
+        raise Unprocessable(
+            f"feature_shape {list(shape)} holds {int(np.prod(shape))} values but each row has "
+            f"{dataset.num_features} features",
+            code="invalid_dataset",
+        )
+    return Dataset(
+        sample_ids=dataset.sample_ids,
+        owner_ids=dataset.owner_ids,
+        features=dataset.features.reshape(len(dataset), *shape),
+        labels=dataset.labels,
+        num_classes=dataset.num_classes,
+        name=dataset.name,
+    )
+
+
+def load_bundled(body: BundledDatasetIn) -> Dataset:
+    try:
+        if body.name == "mnist":
+            dataset = load_mnist_idx(samples_per_owner=body.samples_per_owner)
+        elif body.name == "synthetic":
+            dataset = make_synthetic(
+                body.n or 1000, 20, 4, body.seed, samples_per_owner=body.samples_per_owner
+            )
+        else:
+            dataset = _grouped(load_sklearn(body.name), body.samples_per_owner)
+        if body.n is not None and body.name != "synthetic":
+            dataset = subsample(dataset, min(body.n, len(dataset)), body.seed)
+    except FileNotFoundError as exc:
+        raise NotFound(f"the bundled dataset {body.name!r} is not available on this server: {exc}") from exc
+    except (InvalidConfigError, InvalidDatasetError) as exc:
+        raise Unprocessable(str(exc), code="invalid_dataset") from exc
+    return dataset
+
+
+def _grouped(dataset: Dataset, samples_per_owner: int) -> Dataset:
+    """Give the scikit-learn sets (one owner per row) ``samples_per_owner`` rows per owner."""
+    if samples_per_owner == 1:
+        return dataset
+    width = max(5, len(str(len(dataset) // samples_per_owner)))
+    owners = tuple(f"owner-{i // samples_per_owner:0{width}d}" for i in range(len(dataset)))
+    return Dataset(
+        dataset.sample_ids, owners, dataset.features, dataset.labels, dataset.num_classes, dataset.name
+    )
+
+
+def store(
+    uow: UnitOfWork,
+    artifacts: ArtifactStore,
+    dataset: Dataset,
+    *,
+    source: str,
+    fmt: str,
+    name: str,
+    max_buckets: int,
+) -> DatasetRow:
+    """Write the arrays to the artifact store and the row to the database (the caller commits)."""
+    arrays = write_training(artifacts, dataset, max_buckets)
+    row = uow.datasets.add(
+        DatasetRow(
+            name=name[:200],
+            source=source,
+            format=fmt,
+            num_rows=len(dataset),
+            num_classes=dataset.num_classes,
+            feature_shape=list(dataset.feature_shape),
+            arrays=arrays,
+            erased_rows=0,
+        )
+    )
+    uow.refs.hold(dataset_holder(row.id), digests(arrays))
+    uow.audit.append(
+        SYSTEM_CHAIN,
+        "dataset.created",
+        payload={
+            "dataset_id": row.id,
+            "rows": len(dataset),
+            "source": source,
+            "format": fmt,
+            "arrays_sha256": manifest_digest(arrays),
+        },
+    )
+    return row

@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy tables, engine set-up and the unit of work."""

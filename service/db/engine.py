@@ -1,0 +1,59 @@
+"""Engine and session factory for Postgres (production) and SQLite (embedded mode)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def normalise_url(url: str) -> str:
+    """Use the psycopg 3 driver for plain ``postgresql://`` URLs (the only Postgres driver installed)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+    url = normalise_url(url)
+    if url.startswith("sqlite"):
+        return _sqlite_engine(url)
+    return create_engine(url, pool_size=pool_size, max_overflow=20, pool_pre_ping=True, future=True)
+
+
+def _sqlite_engine(url: str) -> Engine:
+    path = url.split("///", 1)[1] if "///" in url else ""
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take transaction control from the sqlite3 module so that every transaction can begin
+        # with BEGIN IMMEDIATE (below).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # SQLite ignores SELECT ... FOR UPDATE. BEGIN IMMEDIATE takes the database write lock at the
+        # start of every transaction instead, which (a) serialises the per-model update transactions
+        # the way the Postgres row lock does, and (b) avoids SQLITE_BUSY_SNAPSHOT, the error a deferred
+        # transaction gets when it reads, another connection commits, and it then tries to write.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    # expire_on_commit=False: objects read in a unit of work stay readable after its commit, so the
+    # caller can build a response from them without another round trip.
+    return sessionmaker(bind=engine, expire_on_commit=False, autoflush=True)

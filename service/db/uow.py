@@ -1,0 +1,71 @@
+"""Unit of work: one transaction, the repositories over it, and hooks that run after it commits.
+
+Services receive a unit of work and never commit; the entrypoint (a router or a job) that opened it
+does. Outbox messages written in the transaction are published right after it commits, never before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.audit.repository import AuditRepository
+from service.datasets.repository import DatasetRepository
+from service.deletions.repository import DeletionRepository
+from service.idempotency.repository import IdempotencyRepository
+from service.ledger.repository import LedgerRepository
+from service.models.repository import ModelRepository
+from service.outbox.repository import Message, OutboxRepository
+from service.storage.refs import ArtifactRefRepository
+
+
+class UnitOfWork:
+    session: Session
+
+    def __init__(
+        self, sessions: sessionmaker[Session], publish: Callable[[list[Message]], None] | None = None
+    ) -> None:
+        self._sessions = sessions
+        self._publish = publish
+
+    def __enter__(self) -> Self:
+        self.session = self._sessions()
+        self.datasets = DatasetRepository(self.session)
+        self.models = ModelRepository(self.session)
+        self.deletions = DeletionRepository(self.session)
+        self.ledger = LedgerRepository(self.session)
+        self.audit = AuditRepository(self.session)
+        self.idempotency = IdempotencyRepository(self.session)
+        self.outbox = OutboxRepository(self.session)
+        self.refs = ArtifactRefRepository(self.session)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # close() rolls back whatever was not committed and detaches the objects without expiring
+        # them (rollback() would expire them), so the caller can still read what it loaded.
+        self.session.close()
+
+    def bookkeeping(self) -> UnitOfWork:
+        """Let this transaction's commit skip waiting for the WAL flush (Postgres).
+
+        Only for records that a crash may lose harmlessly: an idempotency key claimed before any work
+        (a later synchronous commit flushes it anyway), a message marked as published (it is published
+        again). Never for data a client is told about.
+        """
+        if self.session.get_bind().dialect.name == "postgresql":
+            self.session.execute(text("SET LOCAL synchronous_commit = off"))
+        return self
+
+    def commit(self) -> None:
+        """Commit, then publish the outbox messages this transaction wrote (so a job starts within
+        milliseconds; the dispatcher's periodic pass covers a crash right here)."""
+        self.session.commit()
+        messages, self.outbox.added = self.outbox.added, []
+        if messages and self._publish is not None:
+            self._publish(messages)

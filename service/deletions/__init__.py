@@ -1,0 +1,1 @@
+"""Deletion requests: submission, state history, cancellation."""

@@ -1,0 +1,165 @@
+"""Deletion requests: submit (single and bulk, with Idempotency-Key), follow, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse
+
+from service.db.uow import UnitOfWork
+from service.deletions import service
+from service.deletions.schemas import (
+    BulkIn,
+    BulkItem,
+    BulkOut,
+    DeletionAccepted,
+    DeletionIn,
+    DeletionList,
+    DeletionOut,
+    State,
+)
+from service.deps import ModelId, RequestId, RuntimeDep
+from service.errors import ApiError
+from service.idempotency import service as idempotency
+from service.jobs.updates import request_update
+from service.models.service import get_model
+from service.schemas import MAX_DB_INT, error_responses
+
+router = APIRouter(tags=["deletions"])
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Required. A unique value per deletion (e.g. a UUID); send the same value to retry safely.",
+    ),
+]
+
+
+def _respond(outcome: idempotency.Outcome) -> JSONResponse:
+    headers = {"Idempotent-Replayed": "true"} if outcome.replayed else {}
+    return JSONResponse(outcome.body, status_code=outcome.status, headers=headers)
+
+
+@router.post(
+    "/v1/models/{model_id}/deletions",
+    status_code=202,
+    response_model=DeletionAccepted,
+    summary="Forget an owner (all their samples) or sample ids",
+    responses=error_responses(400, 404, 409, 422),
+)
+def submit_deletion(
+    model_id: ModelId, body: DeletionIn, rt: RuntimeDep, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """Answers 202 with the request id and ``expected_by``. Same Idempotency-Key and body: the original
+    response again (header ``Idempotent-Replayed: true``); same key with another body: 422; the first
+    request with the key still in flight: 409; no key: 400."""
+    outcome = idempotency.run(
+        rt.uow,
+        rt.hasher,
+        scope=f"deletions:{model_id}",
+        key=idempotency_key,
+        body=body.model_dump(mode="json"),
+        ttl_hours=rt.settings.idempotency_ttl_hours,
+        handler=lambda uow: (
+            202,
+            service.submit(uow, rt.hasher, model_id, body, rt.settings.deletion_sla_seconds).model_dump(
+                mode="json"
+            ),
+        ),
+    )
+    if not outcome.replayed:
+        request_update(rt, model_id)
+    return _respond(outcome)
+
+
+@router.post(
+    "/v1/models/{model_id}/deletions/bulk",
+    status_code=202,
+    response_model=BulkOut,
+    summary="Submit many deletions; success or failure is reported per item",
+    responses={
+        207: {"model": BulkOut, "description": "Some items were rejected"},
+        **error_responses(400, 404, 409, 422),
+    },
+)
+def submit_bulk(
+    model_id: ModelId, body: BulkIn, rt: RuntimeDep, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """Each item is accepted or rejected on its own (202 when all were accepted, 207 otherwise); one
+    Idempotency-Key covers the whole submission."""
+
+    def handler(uow: UnitOfWork) -> tuple[int, dict[str, Any]]:
+        results: list[BulkItem] = []
+        outcomes = service.submit_many(uow, rt.hasher, model_id, body.items, rt.settings.deletion_sla_seconds)
+        for index, outcome in enumerate(outcomes):
+            if isinstance(outcome, ApiError):
+                results.append(BulkItem(index=index, status=outcome.status, error=outcome.body()["error"]))
+            else:
+                results.append(
+                    BulkItem(index=index, status=202, id=outcome.id, expected_by=outcome.expected_by)
+                )
+        accepted_count = sum(1 for r in results if r.status == 202)
+        out = BulkOut(accepted=accepted_count, rejected=len(results) - accepted_count, results=results)
+        return (202 if accepted_count == len(results) else 207), out.model_dump(mode="json")
+
+    outcome = idempotency.run(
+        rt.uow,
+        rt.hasher,
+        scope=f"deletions-bulk:{model_id}",
+        key=idempotency_key,
+        body=body.model_dump(mode="json"),
+        ttl_hours=rt.settings.idempotency_ttl_hours,
+        handler=handler,
+    )
+    if not outcome.replayed and outcome.body.get("accepted"):
+        request_update(rt, model_id)
+    return _respond(outcome)
+
+
+@router.get(
+    "/v1/models/{model_id}/deletions",
+    response_model=DeletionList,
+    summary="A model's deletion requests",
+    responses=error_responses(404),
+)
+def list_deletions(
+    model_id: ModelId,
+    rt: RuntimeDep,
+    state: State | None = None,
+    after_id: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> DeletionList:
+    with rt.uow() as uow:
+        get_model(uow, model_id)
+        rows = uow.deletions.list(model_id=model_id, state=state, after_id=after_id, limit=limit)
+        events = uow.deletions.events_for([r.id for r in rows])
+        return DeletionList(
+            deletions=[service.request_out(uow, r, events[r.id]) for r in rows],
+            next_after_id=rows[-1].id if len(rows) == limit else None,
+        )
+
+
+@router.get(
+    "/v1/deletions/{request_id}",
+    response_model=DeletionOut,
+    summary="A deletion request: state history, the version that excludes it and its certificate",
+    responses=error_responses(404),
+)
+def get_deletion(request_id: RequestId, rt: RuntimeDep) -> DeletionOut:
+    with rt.uow() as uow:
+        return service.request_out(uow, service.get_request(uow, request_id))
+
+
+@router.post(
+    "/v1/deletions/{request_id}/cancel",
+    response_model=DeletionOut,
+    summary="Cancel a deletion that is still waiting",
+    responses=error_responses(404, 409),
+)
+def cancel_deletion(request_id: RequestId, rt: RuntimeDep) -> DeletionOut:
+    with rt.uow() as uow:
+        request = service.cancel(uow, request_id)
+        uow.commit()
+        return service.request_out(uow, request)

@@ -1,0 +1,111 @@
+"""Deletion request bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AnyHttpUrl, BaseModel, Field, UrlConstraints, model_validator
+
+from service.schemas import Strict, SubjectId
+
+MAX_IDS = 10_000
+
+CallbackUrl = Annotated[AnyHttpUrl, UrlConstraints(max_length=2000, allowed_schemes=["http", "https"])]
+
+State = Literal[
+    "received",
+    "queued",
+    "applying",
+    "applied",
+    "completed",
+    "awaiting_retrain",
+    "retraining",
+    "failed",
+    "canceled",
+]
+
+
+class DeletionIn(Strict):
+    owner_ids: list[SubjectId] = Field(
+        default_factory=list, max_length=MAX_IDS, description="Forget every sample of these owners"
+    )
+    sample_ids: list[SubjectId] = Field(
+        default_factory=list, max_length=MAX_IDS, description="Forget these samples"
+    )
+    callback_url: CallbackUrl | None = Field(
+        None, description="POSTed the outcome once the request ends (http or https)"
+    )
+
+    @model_validator(mode="after")
+    def _names_something(self) -> DeletionIn:
+        if not self.owner_ids and not self.sample_ids:
+            raise ValueError("name at least one owner id (owner_ids) or sample id (sample_ids) to forget")
+        return self
+
+
+class BulkIn(Strict):
+    items: list[DeletionIn] = Field(min_length=1, max_length=1000)
+
+
+class DeletionAccepted(BaseModel):
+    id: int
+    model_id: int
+    state: State
+    expected_by: datetime
+    created_at: datetime
+
+
+class BulkItem(BaseModel):
+    index: int
+    status: int = Field(description="202 when accepted, else the status the item alone would have had")
+    id: int | None = None
+    expected_by: datetime | None = None
+    error: dict[str, Any] | None = None
+
+
+class BulkOut(BaseModel):
+    accepted: int
+    rejected: int
+    results: list[BulkItem]
+
+
+class HistoryEntry(BaseModel):
+    state: State
+    at: datetime
+    detail: str | None
+
+
+class VersionRef(BaseModel):
+    seq: int
+    kind: str
+    certificate: dict[str, Any]
+
+
+class CallbackOut(BaseModel):
+    url: str
+    state: Literal["pending", "delivered", "failed"] | None
+    attempts: int
+
+
+class DeletionOut(BaseModel):
+    id: int
+    model_id: int
+    state: State
+    num_samples: int = Field(description="Samples the request covered when it was accepted")
+    num_owner_ids: int | None = Field(description="Owner ids named (None once the request has ended)")
+    num_sample_ids: int | None = Field(description="Sample ids named (None once the request has ended)")
+    history: list[HistoryEntry]
+    version: VersionRef | None = Field(
+        description="The version that excludes the subjects, and its certificate"
+    )
+    failure_reason: str | None
+    callback: CallbackOut | None
+    expected_by: datetime
+    created_at: datetime
+    completed_at: datetime | None
+
+
+class DeletionList(BaseModel):
+    deletions: list[DeletionOut]
+    next_after_id: int | None

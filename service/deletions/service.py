@@ -1,0 +1,207 @@
+"""Accepting, reading and canceling deletion requests."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from service import metrics
+from service.audit.service import requests_chain
+from service.db.base import utcnow
+from service.db.tables import DeletionRequest, Model
+from service.db.uow import UnitOfWork
+from service.deletions.schemas import (
+    CallbackOut,
+    DeletionAccepted,
+    DeletionIn,
+    DeletionOut,
+    HistoryEntry,
+    VersionRef,
+)
+from service.errors import ApiError, Conflict, NotFound, Unprocessable
+from service.subjects import SubjectHasher
+
+_SHOWN = 5  # ids named in one error message
+
+
+def submit(
+    uow: UnitOfWork, hasher: SubjectHasher, model_id: int, body: DeletionIn, sla_seconds: float
+) -> DeletionAccepted:
+    """One request: :func:`submit_many` with one item, its error raised."""
+    (result,) = submit_many(uow, hasher, model_id, [body], sla_seconds)
+    if isinstance(result, ApiError):
+        raise result
+    return result
+
+
+def submit_many(
+    uow: UnitOfWork, hasher: SubjectHasher, model_id: int, bodies: list[DeletionIn], sla_seconds: float
+) -> list[DeletionAccepted | ApiError]:
+    """Validate each request against the model's remaining training set and queue the valid ones.
+
+    Unknown ids are a 422 and ids forgotten earlier a 409, both now, so a request that is accepted can
+    only fail for reasons outside the caller's control. Each item is accepted or rejected on its own;
+    the lookups and inserts are shared, so a thousand requests cost about as many statements as one.
+    The caller commits, then calls :func:`service.jobs.updates.request_update`.
+    """
+    model = uow.models.get(model_id)
+    if model is None:
+        raise NotFound(f"model {model_id} does not exist")
+    if model.status == "failed":
+        raise Conflict(
+            f"model {model_id} failed to train ({model.error}); register it again", code="model_failed"
+        )
+    items = [(list(dict.fromkeys(b.owner_ids)), list(dict.fromkeys(b.sample_ids))) for b in bodies]
+    owner_samples = uow.models.samples_of_owners(model_id, list({o for owners, _ in items for o in owners}))
+    sample_owner = uow.models.owners_of(model_id, list({s for _, samples in items for s in samples}))
+    missing = [
+        ([o for o in owners if o not in owner_samples], [s for s in samples if s not in sample_owner])
+        for owners, samples in items
+    ]
+    erased = uow.models.erased_among(
+        model_id,
+        [hasher.owner(o) for mo, _ in missing for o in mo]
+        + [hasher.sample(s) for _, ms in missing for s in ms],
+    )
+    now = utcnow()
+    expected_by = _expected_by(model, now, sla_seconds)
+    results: list[DeletionAccepted | ApiError] = []
+    accepted: list[tuple[DeletionRequest, dict[str, str]]] = []
+    for body, (owners, samples), (lost_owners, lost_samples) in zip(bodies, items, missing):
+        if lost_owners or lost_samples:
+            results.append(_missing_error(hasher, model_id, lost_owners, lost_samples, erased))
+            continue
+        covered = {s for o in owners for s in owner_samples[o]} | set(samples)
+        request = DeletionRequest(
+            model_id=model_id,
+            state="queued",
+            subjects={"owner_ids": owners, "sample_ids": samples},
+            num_samples=len(covered),
+            callback_url=str(body.callback_url) if body.callback_url else None,
+            callback_attempts=0,
+            expected_by=expected_by,
+            created_at=now,
+            updated_at=now,
+        )
+        hashes = {hasher.owner(o): "owner" for o in owners} | {hasher.sample(s): "sample" for s in samples}
+        accepted.append((request, hashes))
+        results.append(request)  # type: ignore[arg-type]  # replaced by its DeletionAccepted below
+    if not accepted:
+        return results
+    uow.deletions.add_all([r for r, _ in accepted])
+    for request, hashes in accepted:
+        uow.deletions.add_subjects(request.id, hashes)
+        uow.deletions.add_event(request.id, "received", now)
+        uow.deletions.add_event(request.id, "queued", now)
+    # Last: the chain head stays locked until the commit, so take it as late as possible.
+    uow.audit.append_many(
+        requests_chain(model_id),
+        [
+            {
+                "event_type": "deletion.received",
+                "model_id": model_id,
+                "request_id": r.id,
+                "version_id": None,
+                "payload": {"subject_hashes": sorted(h), "num_samples": r.num_samples},
+            }
+            for r, h in accepted
+        ],
+    )
+    metrics.DELETIONS_RECEIVED.inc(len(accepted))
+    return [
+        DeletionAccepted(id=r.id, model_id=model_id, state="queued", expected_by=expected_by, created_at=now)
+        if isinstance(r, DeletionRequest)
+        else r
+        for r in results
+    ]
+
+
+def _missing_error(
+    hasher: SubjectHasher, model_id: int, owners: list[str], samples: list[str], erased: dict[str, int | None]
+) -> ApiError:
+    """422 naming the ids the model never had; 409 when every missing id was forgotten earlier."""
+    hashed = {hasher.owner(o): ("owner", o) for o in owners} | {
+        hasher.sample(s): ("sample id", s) for s in samples
+    }
+    unknown = [hashed[h] for h in hashed if h not in erased]
+    if unknown:
+        names = ", ".join(f"{kind} {value!r}" for kind, value in unknown[:_SHOWN])
+        more = f" and {len(unknown) - _SHOWN} more" if len(unknown) > _SHOWN else ""
+        return Unprocessable(
+            f"{names}{more} not in model {model_id}'s training set: check the ids (sample ids and owner ids "
+            "are the values of the dataset's id and owner columns)",
+            code="unknown_subject",
+        )
+    forgotten = [h for h in hashed if h in erased]
+    kind, value = hashed[forgotten[0]]
+    by = f" by request {erased[forgotten[0]]}" if erased[forgotten[0]] else ""
+    more = f" ({len(forgotten) - 1} more named ids too)" if len(forgotten) > 1 else ""
+    return Conflict(
+        f"{kind} {value!r} was already forgotten{by}{more}: remove the forgotten ids and submit again",
+        code="already_forgotten",
+    )
+
+
+def _expected_by(model: Model, now: datetime, sla_seconds: float) -> datetime:
+    wait = sla_seconds
+    if model.status in ("queued", "training", "retraining") and model.eta_seconds:
+        wait += model.eta_seconds
+    return now + timedelta(seconds=wait)
+
+
+def get_request(uow: UnitOfWork, request_id: int) -> DeletionRequest:
+    request = uow.deletions.get(request_id)
+    if request is None:
+        raise NotFound(f"deletion request {request_id} does not exist")
+    return request
+
+
+def request_out(uow: UnitOfWork, request: DeletionRequest, history: list | None = None) -> DeletionOut:
+    events = history if history is not None else uow.deletions.events(request.id)
+    version = uow.models.version(request.version_id) if request.version_id else None
+    subjects = request.subjects
+    return DeletionOut(
+        id=request.id,
+        model_id=request.model_id,
+        state=request.state,  # type: ignore[arg-type]
+        num_samples=request.num_samples,
+        num_owner_ids=len(subjects.get("owner_ids", [])) if subjects else None,
+        num_sample_ids=len(subjects.get("sample_ids", [])) if subjects else None,
+        history=[HistoryEntry(state=e.state, at=e.at, detail=e.detail) for e in events],  # type: ignore[arg-type]
+        version=VersionRef(seq=version.seq, kind=version.kind, certificate=version.certificate)
+        if version
+        else None,
+        failure_reason=request.failure_reason,
+        callback=(
+            CallbackOut(
+                url=request.callback_url, state=request.callback_state, attempts=request.callback_attempts
+            )  # type: ignore[arg-type]
+            if request.callback_url
+            else None
+        ),
+        expected_by=request.expected_by,
+        created_at=request.created_at,
+        completed_at=request.completed_at,
+    )
+
+
+def cancel(uow: UnitOfWork, request_id: int) -> DeletionRequest:
+    request = uow.deletions.lock(request_id)
+    if request is None:
+        raise NotFound(f"deletion request {request_id} does not exist")
+    if request.state not in ("queued", "awaiting_retrain"):
+        raise Conflict(
+            f"deletion request {request_id} is {request.state}: only a request still waiting (queued or "
+            "awaiting_retrain) can be canceled",
+            code="not_cancelable",
+        )
+    now = utcnow()
+    request.state = "canceled"
+    request.subjects = None
+    uow.deletions.add_event(request.id, "canceled", now)
+    uow.audit.append(
+        requests_chain(request.model_id),
+        "deletion.canceled",
+        model_id=request.model_id,
+        request_id=request.id,
+    )
+    return request

@@ -1,0 +1,20 @@
+"""FastAPI dependencies shared by the routers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+
+from service.runtime import Runtime
+from service.schemas import MAX_DB_INT
+
+
+def runtime(request: Request) -> Runtime:
+    return request.app.state.runtime  # type: ignore[no-any-return]
+
+
+RuntimeDep = Annotated[Runtime, Depends(runtime)]
+ModelId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="Model id")]
+DatasetId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="Dataset id")]
+RequestId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="Deletion request id")]

@@ -1,0 +1,83 @@
+"""Errors the API answers with, and how core-library errors map onto them.
+
+Every error response has the body ``{"error": {"code": ..., "message": ...}}``; the message says what
+to change so that the request succeeds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unlearning.errors import (
+    AlreadyDeletedError,
+    UnknownSampleError,
+    UnlearningError,
+)
+
+
+class ApiError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            error["details"] = self.details
+        return {"error": error}
+
+
+class BadRequest(ApiError):
+    status, code = 400, "bad_request"
+
+
+class NotFound(ApiError):
+    status, code = 404, "not_found"
+
+
+class Conflict(ApiError):
+    status, code = 409, "conflict"
+
+
+class PayloadTooLarge(ApiError):
+    status, code = 413, "payload_too_large"
+
+
+class UnsupportedMediaType(ApiError):
+    status, code = 415, "unsupported_media_type"
+
+
+class Unprocessable(ApiError):
+    status, code = 422, "unprocessable"
+
+
+class ServiceUnavailable(ApiError):
+    status, code = 503, "unavailable"
+
+
+def from_unlearning_error(exc: UnlearningError) -> ApiError:
+    """Map a core-library error (always the caller's input) to a 4xx.
+
+    An id that was already forgotten conflicts with the resource's state (409); everything else is
+    input the service cannot process as given (422). The library's messages already say what to fix.
+    """
+    if isinstance(exc, AlreadyDeletedError):
+        return Conflict(str(exc), code="already_forgotten")
+    if isinstance(exc, UnknownSampleError):
+        return Unprocessable(str(exc), code="unknown_subject")
+    return Unprocessable(str(exc), code=_snake(type(exc).__name__.removesuffix("Error")))
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i:
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)

@@ -1,0 +1,1 @@
+"""Idempotency-Key handling (IETF draft semantics)."""

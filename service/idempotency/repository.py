@@ -1,0 +1,55 @@
+"""SQL for idempotency keys."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, update
+from sqlalchemy.orm import Session
+
+from service.db.base import utcnow
+from service.db.tables import IdempotencyKey
+from service.db.upsert import insert_ignore
+
+
+class IdempotencyRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def claim(self, scope: str, key: str, fingerprint: str, expires_at: datetime) -> bool:
+        """Insert the key as in flight; False when it already exists (the caller then reads it)."""
+        inserted = insert_ignore(
+            self.session,
+            IdempotencyKey,
+            {
+                "scope": scope,
+                "key": key,
+                "fingerprint": fingerprint,
+                "status": "in_flight",
+                "created_at": utcnow(),
+                "expires_at": expires_at,
+            },
+            returning=IdempotencyKey.key,
+        )
+        return bool(inserted)
+
+    def get(self, scope: str, key: str) -> IdempotencyKey | None:
+        return self.session.get(IdempotencyKey, (scope, key), populate_existing=True)
+
+    def complete(self, scope: str, key: str, status: int, body: dict[str, Any]) -> None:
+        self.session.execute(
+            update(IdempotencyKey)
+            .where(IdempotencyKey.scope == scope, IdempotencyKey.key == key)
+            .values(status="done", response_status=status, response_body=body)
+            .execution_options(synchronize_session=False)
+        )
+
+    def release(self, scope: str, key: str) -> None:
+        self.session.execute(
+            delete(IdempotencyKey).where(IdempotencyKey.scope == scope, IdempotencyKey.key == key)
+        )
+
+    def purge_expired(self, now: datetime) -> int:
+        result = self.session.execute(delete(IdempotencyKey).where(IdempotencyKey.expires_at < now))
+        return int(getattr(result, "rowcount", 0) or 0)

@@ -1,0 +1,134 @@
+"""Idempotency-Key, following the IETF draft (draft-ietf-httpapi-idempotency-key-header):
+
+- no key on a POST that requires one: 400;
+- a key seen before with the same body: the original response (status and body), replayed;
+- a key seen before with a different body: 422;
+- a key whose first request is still being processed: 409.
+
+The key is claimed in its own committed transaction (so a concurrent duplicate sees it at once), and
+the response is stored in the same transaction as the work it describes: either both exist or neither.
+An unexpected error releases the key so the client can retry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from service.db.base import utcnow
+from service.db.uow import UnitOfWork
+from service.errors import ApiError, BadRequest, Conflict, Unprocessable
+from service.subjects import SubjectHasher
+
+_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as the draft's sf-string allows
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    body: dict[str, Any]
+    replayed: bool
+
+
+def fingerprint(hasher: SubjectHasher, body: Any) -> str:
+    """Keyed digest of the canonical JSON body: key order and whitespace do not matter."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hasher.fingerprint(canonical.encode())
+
+
+def run(
+    new_uow: Callable[[], UnitOfWork],
+    hasher: SubjectHasher,
+    *,
+    scope: str,
+    key: str | None,
+    body: Any,
+    ttl_hours: float,
+    handler: Callable[[UnitOfWork], tuple[int, dict[str, Any]]],
+) -> Outcome:
+    """Run ``handler`` at most once per (scope, key); ``handler`` does the work in the given unit of work
+    and returns (status, body); this function commits."""
+    if key is None:
+        raise BadRequest(
+            "the Idempotency-Key header is required: send a unique value (for example a UUID) with each new "
+            "deletion, and the same value when you retry it",
+            code="idempotency_key_missing",
+        )
+    if not _KEY.match(key):
+        raise BadRequest(
+            "the Idempotency-Key must be 1 to 255 visible ASCII characters", code="idempotency_key_invalid"
+        )
+    digest = fingerprint(hasher, body)
+    replay = _claim(new_uow, scope, key, digest, ttl_hours)
+    if replay is not None:
+        return replay
+    try:
+        with new_uow() as uow:
+            status, response = handler(uow)
+            uow.idempotency.complete(scope, key, status, response)
+            uow.commit()
+        return Outcome(status, response, replayed=False)
+    except ApiError as exc:
+        # A client error is the answer to this key too: a retry with the same body gets it again.
+        with new_uow() as uow:
+            uow.idempotency.complete(scope, key, exc.status, exc.body())
+            uow.commit()
+        raise
+    except BaseException:
+        with new_uow() as uow:
+            uow.idempotency.release(scope, key)
+            uow.commit()
+        raise
+
+
+def _claim(
+    new_uow: Callable[[], UnitOfWork], scope: str, key: str, digest: str, ttl_hours: float
+) -> Outcome | None:
+    """Claim the key; None when claimed, else the replayed outcome (or the 409/422 of the draft)."""
+    now = utcnow()
+    expires = now + timedelta(hours=ttl_hours)
+    with new_uow() as uow:
+        uow.bookkeeping()
+        if uow.idempotency.claim(scope, key, digest, expires):  # the common case: one statement
+            uow.commit()
+            return None
+        existing = uow.idempotency.get(scope, key)
+        if existing is not None and existing.expires_at < now:
+            uow.idempotency.release(scope, key)  # an expired key is a new key
+            if uow.idempotency.claim(scope, key, digest, expires):
+                uow.commit()
+                return None
+            existing = uow.idempotency.get(scope, key)
+        if existing is None:  # claimed and released meanwhile: let the client retry
+            raise Conflict(
+                "a request with this Idempotency-Key is being processed; retry shortly",
+                code="idempotency_key_in_flight",
+            )
+        if existing.fingerprint != digest:
+            raise Unprocessable(
+                "this Idempotency-Key was already used with a different request body: use a new key for a new request",
+                code="idempotency_key_reused",
+            )
+        if existing.status != "done" or existing.response_status is None:
+            raise Conflict(
+                "the first request with this Idempotency-Key is still being processed; retry shortly",
+                code="idempotency_key_in_flight",
+            )
+        body = existing.response_body or {}
+        status = existing.response_status
+    if status >= 400:
+        raise _Replayed(status, body)
+    return Outcome(status, body, replayed=True)
+
+
+class _Replayed(ApiError):
+    """The stored error response of a key, replayed verbatim."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        error = body.get("error", {})
+        super().__init__(error.get("message", ""), code=error.get("code"), details=error.get("details"))
+        self.status = status

@@ -1,0 +1,1 @@
+"""Job functions run by workers (Celery or the in-process worker): training, updates, retraining."""

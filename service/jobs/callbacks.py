@@ -1,0 +1,104 @@
+"""Callback delivery: POST the outcome of a deletion to the URL its client gave.
+
+Runs as its own job (lane ``io``), so a slow or dead endpoint never delays an update. A failed attempt
+is retried through the outbox with exponential backoff, at most ``LETHE_CALLBACK_MAX_ATTEMPTS`` times;
+then the request records ``callback_state = failed`` (the deletion itself stays completed).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from service import metrics
+from service.audit.service import requests_chain
+from service.db.base import utcnow
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def callback_body(request: Any, version_seq: int | None) -> dict[str, Any]:
+    return {
+        "event": f"deletion.{request.state}",
+        "request_id": request.id,
+        "model_id": request.model_id,
+        "state": request.state,
+        "version_seq": version_seq,
+        "completed_at": request.completed_at.isoformat() if request.completed_at else None,
+        "failure_reason": request.failure_reason,
+    }
+
+
+def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
+    """Attempt number ``attempt``; a duplicate of an attempt already made (at-least-once delivery of
+    the job) does nothing, so the endpoint sees each attempt at most once."""
+    with rt.uow() as uow:
+        request = uow.deletions.lock(request_id)
+        if (
+            request is None
+            or not request.callback_url
+            or request.callback_state != "pending"
+            or request.callback_attempts >= attempt
+        ):
+            return
+        request.callback_attempts = attempt  # claimed: a duplicate job now stops above
+        version = uow.models.version(request.version_id) if request.version_id else None
+        url, body = request.callback_url, callback_body(request, version.seq if version else None)
+        uow.commit()
+    error = None
+    try:
+        response = httpx.post(
+            url,
+            json=body,
+            timeout=rt.settings.callback_timeout_seconds,
+            follow_redirects=False,
+            headers={"User-Agent": "lethe-callback/1", "X-Lethe-Attempt": str(attempt)},
+        )
+        if not 200 <= response.status_code < 300:
+            error = f"HTTP {response.status_code}"
+    except httpx.HTTPError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    metrics.CALLBACKS.labels("ok" if error is None else "error").inc()
+    with rt.uow() as uow:
+        request = uow.deletions.lock(request_id)
+        if request is None or request.callback_state != "pending":
+            return
+        if error is None:
+            request.callback_state = "delivered"
+            uow.audit.append(
+                requests_chain(request.model_id),
+                "callback.delivered",
+                model_id=request.model_id,
+                request_id=request_id,
+                payload={"attempt": attempt},
+            )
+        elif attempt >= rt.settings.callback_max_attempts:
+            request.callback_state = "failed"
+            uow.audit.append(
+                requests_chain(request.model_id),
+                "callback.failed",
+                model_id=request.model_id,
+                request_id=request_id,
+                payload={"attempts": attempt, "error": error},
+            )
+        else:
+            delay = rt.settings.callback_backoff_seconds * 2 ** (attempt - 1)
+            uow.outbox.add(
+                "deliver_callback",
+                {"request_id": request_id, "attempt": attempt + 1},
+                available_at=utcnow() + timedelta(seconds=delay),
+            )
+            log.info(
+                "callback for request %s failed (%s); retry %d in %.1fs",
+                request_id,
+                error,
+                attempt + 1,
+                delay,
+            )
+        uow.commit()

@@ -1,0 +1,93 @@
+"""After a version commits: serve it, delete the garbage it left, then complete its requests.
+
+A request is ``completed`` only once the version that excludes its subject is the one Redis serves and
+the subject's rows are gone from every store (DESIGN.md, invariants). This module does those steps in
+that order and is idempotent, so the reconciler can run it again after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from service import metrics
+from service.audit.service import model_chain
+from service.db.base import utcnow
+from service.db.tables import ModelVersion
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def publish(rt: Runtime, model_id: int, version: ModelVersion) -> None:
+    """Point Redis at ``version`` (never backwards: the hot store compares sequence numbers)."""
+    if version.released_blob is None:
+        return  # purged: a newer version exists and is (or will be) published by its own job
+    rt.hot.set_serving(
+        model_id, version.id, version.seq, version.spec, rt.cache.weights(version.released_blob)
+    )
+
+
+def finish(rt: Runtime, model_id: int, version_id: int) -> None:
+    """Serve the model's current version, delete the version's garbage blobs, complete its requests.
+
+    One transaction: the blobs are unlinked before the requests are marked completed, and only blobs no
+    row references (a blob written again meanwhile keeps its file).
+    """
+    with rt.uow() as uow:
+        version = uow.models.version(version_id)
+        model = uow.models.get(model_id)
+        if version is None or model is None:
+            return
+        current = version
+        if model.current_version_id not in (None, version_id):
+            # A newer version already exists; it excludes these subjects too, and it is what gets served.
+            current = uow.models.version(model.current_version_id) or version
+        publish(rt, model_id, current)
+        for digest in uow.refs.unreferenced(version.garbage):
+            rt.artifacts.delete(digest)
+        requests = [r for r in uow.deletions.in_states(model_id, ["applied"]) if r.version_id == version_id]
+        if not requests:
+            return
+        now = utcnow()
+        for request in requests:
+            request.state = "completed"
+            request.completed_at = now
+            request.subjects = None  # the plaintext ids are no longer needed anywhere
+            uow.deletions.add_event(request.id, "completed", now)
+            if request.callback_url:
+                request.callback_state = "pending"
+                uow.outbox.add("deliver_callback", {"request_id": request.id, "attempt": 1})
+        uow.audit.append_many(
+            model_chain(model_id),
+            [
+                {
+                    "event_type": "deletion.completed",
+                    "model_id": model_id,
+                    "request_id": r.id,
+                    "version_id": version_id,
+                    "payload": {"version_seq": version.seq},
+                }
+                for r in requests
+            ],
+        )
+        uow.commit()
+    for request in requests:
+        metrics.observe_completed(request.created_at, now)
+
+
+def finish_stalled(rt: Runtime, model_id: int, older_than_seconds: float) -> None:
+    """Finish versions whose requests were left ``applied`` (a worker died between the two steps)."""
+    cutoff = utcnow() - timedelta(seconds=older_than_seconds)
+    with rt.uow() as uow:
+        stalled = {
+            r.version_id
+            for r in uow.deletions.in_states(model_id, ["applied"], lock=False)
+            if r.version_id is not None and r.updated_at < cutoff
+        }
+    for version_id in sorted(stalled):
+        log.info("finishing stalled version %s of model %s", version_id, model_id)
+        finish(rt, model_id, version_id)

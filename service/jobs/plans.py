@@ -1,0 +1,82 @@
+"""Turning queued deletion requests into one batch for ``method.forget``.
+
+Each request names owners and/or samples. A batch forgets the union, and the ``ForgetRequest`` it
+hands the method is disjoint: owners (each expands to its remaining samples), plus the explicitly
+named samples whose owner is not itself in the batch. Every forgotten sample is attributed to the first
+request that names it (directly or through its owner), which is the request its tombstone points to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from service.db.tables import DeletionRequest
+from service.db.uow import UnitOfWork
+from unlearning.methods.protocol import ForgetRequest
+
+
+@dataclass
+class RequestPlan:
+    request: DeletionRequest
+    owners: list[str] = field(
+        default_factory=list
+    )  # owners with remaining samples, first naming in the batch
+    samples: dict[str, str] = field(
+        default_factory=dict
+    )  # sample id -> owner id, newly covered by this request
+
+
+@dataclass
+class Batch:
+    plans: list[RequestPlan]
+
+    @property
+    def owners(self) -> list[str]:
+        return [o for p in self.plans for o in p.owners]
+
+    @property
+    def samples(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for p in self.plans:
+            out.update(p.samples)
+        return out
+
+    def forget_request(self) -> ForgetRequest:
+        owners = self.owners
+        owner_set = set(owners)
+        explicit = [s for s, o in self.samples.items() if o not in owner_set]
+        return ForgetRequest(sample_ids=tuple(explicit), owner_ids=tuple(owners))
+
+    def request_of(self) -> dict[str, int]:
+        """sample id -> id of the request it is attributed to."""
+        return {s: p.request.id for p in self.plans for s in p.samples}
+
+
+def plan_requests(uow: UnitOfWork, model_id: int, requests: Sequence[DeletionRequest]) -> list[RequestPlan]:
+    """One plan per request, in order, against the model's remaining samples."""
+    owner_names = list(dict.fromkeys(o for r in requests for o in (r.subjects or {}).get("owner_ids", [])))
+    sample_names = list(dict.fromkeys(s for r in requests for s in (r.subjects or {}).get("sample_ids", [])))
+    owner_samples = uow.models.samples_of_owners(model_id, owner_names)
+    sample_owner = uow.models.owners_of(model_id, sample_names)
+    seen_owners: set[str] = set()
+    covered: set[str] = set()
+    plans = []
+    for request in requests:
+        plan = RequestPlan(request)
+        subjects = request.subjects or {}
+        for owner in subjects.get("owner_ids", []):
+            if owner in seen_owners or owner not in owner_samples:
+                continue
+            seen_owners.add(owner)
+            plan.owners.append(owner)
+            for sid in owner_samples[owner]:
+                if sid not in covered:
+                    covered.add(sid)
+                    plan.samples[sid] = owner
+        for sid in subjects.get("sample_ids", []):
+            if sid in sample_owner and sid not in covered:
+                covered.add(sid)
+                plan.samples[sid] = sample_owner[sid]
+        plans.append(plan)
+    return plans

@@ -1,0 +1,36 @@
+"""Periodic repair: re-queue work whose message was lost (crash, broker flushed with Redis).
+
+Everything here is derived from Postgres, so it is safe to run in every process at any time: the
+outbox dedupe keys keep repeated passes from queueing the same job twice.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from service.db.base import utcnow
+from service.jobs.completion import finish_stalled
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+
+def reconcile(rt: Runtime) -> None:
+    now = utcnow()
+    settled = now - timedelta(seconds=rt.settings.reconcile_after_seconds)
+    stale = now - timedelta(seconds=rt.settings.stale_job_seconds)
+    with rt.uow() as uow:
+        # Deletions of a ready model that nobody is applying: cheap to re-queue (a no-op if in hand).
+        for model_id in uow.models.models_with_requests(["queued"], before=settled, model_status="ready"):
+            uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
+        # Training jobs are long and share a lane: re-queue only when nothing has moved for a while.
+        for model in uow.models.stale_jobs(["queued", "training"], before=stale):
+            uow.outbox.add("train_model", {"model_id": model.id}, dedupe_key=f"train:{model.id}")
+        for model in uow.models.stale_jobs(["retraining"], before=stale):
+            uow.outbox.add("retrain_model", {"model_id": model.id}, dedupe_key=f"retrain:{model.id}")
+        stalled = uow.models.models_with_requests(["applied"], before=settled, model_status=None)
+        uow.commit()
+    # A worker died between committing a version and completing its requests: finish them here.
+    for model_id in stalled:
+        finish_stalled(rt, model_id, rt.settings.reconcile_after_seconds)

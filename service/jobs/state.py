@@ -1,0 +1,267 @@
+"""Storing the parts of a ``MethodState`` and putting them back together, without knowing the method.
+
+Where each part lives (DESIGN.md, "the method protocol", point 4):
+- released and clean weights: safetensors blobs in the artifact store, named by the version row;
+- per-sample statistics: the hot store (Redis, one key per sample and per owner) for reads, and the
+  artifact store for durability, as owner-hashed buckets (:mod:`service.storage.buckets`);
+- accounting: JSON in the version row;
+- the remaining training arrays: owner-hashed buckets too, named by the model row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from service.db.tables import Model, ModelVersion
+from service.db.uow import UnitOfWork
+from service.storage.artifacts import ArtifactStore
+from service.storage.buckets import Bucket, bucket_count, decode_bucket, drop_rows, read_rows, write_buckets
+from service.storage.hot import HotStore
+from service.storage.statistics import RedisSampleStatistics
+from service.storage.tensors import decode_artifact, decode_weights
+from service.subjects import HashedIdSet, SubjectHasher
+from unlearning.data import Dataset
+from unlearning.methods.protocol import BudgetPolicy, MethodState, PrivacyTarget, StatisticsSnapshot
+
+
+class BlobCache:
+    """Decoded blobs (LRU, bounded in bytes). Blobs are immutable, so a cached value is never stale."""
+
+    def __init__(self, artifacts: ArtifactStore, max_bytes: int = 512 * 1024 * 1024) -> None:
+        self._artifacts = artifacts
+        self._max = max_bytes
+        self._items: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def _get(self, kind: str, key: str, load: Callable[[], Any], size: Callable[[Any], int]) -> Any:
+        with self._lock:
+            hit = self._items.get((kind, key))
+            if hit is not None:
+                self._items.move_to_end((kind, key))
+                return hit[0]
+        value = load()
+        nbytes = size(value)
+        with self._lock:
+            if (kind, key) not in self._items:
+                self._items[(kind, key)] = (value, nbytes)
+                self._size += nbytes
+            while self._size > self._max and len(self._items) > 1:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._size -= dropped
+        return value
+
+    def artifact(self, digest: str) -> torch.Tensor:
+        load = lambda: decode_artifact(self._artifacts.get(digest))
+        return self._get("artifact", digest, load, lambda t: t.nbytes).clone()  # type: ignore[no-any-return]
+
+    def weights(self, digest: str) -> torch.Tensor:
+        load = lambda: decode_weights(self._artifacts.get(digest))
+        return self._get("weights", digest, load, lambda t: t.nbytes).clone()  # type: ignore[no-any-return]
+
+    def bucket(self, digest: str) -> Bucket:
+        load = lambda: decode_bucket(self._artifacts.get(digest))
+        return self._get("bucket", digest, load, lambda b: sum(a.nbytes for a in b.arrays.values()))  # type: ignore[no-any-return]
+
+    def remember_bucket(self, digest: str, bucket: Bucket) -> None:
+        self._get("bucket", digest, lambda: bucket, lambda b: sum(a.nbytes for a in b.arrays.values()))
+
+    def drop_rows(
+        self, manifest: Mapping[str, Any], removed: Mapping[str, str]
+    ) -> tuple[dict[str, Any], set[str]]:
+        """:func:`service.storage.buckets.drop_rows` reading and remembering buckets through this cache."""
+        return drop_rows(self._artifacts, self.bucket, manifest, removed, self.remember_bucket)
+
+    def dataset(self, manifest: Mapping[str, Any]) -> Dataset:
+        """The arrays a training manifest names, as a Dataset in their original row order."""
+        key = json.dumps(manifest["buckets"], sort_keys=True)
+        load = lambda: _assemble(read_rows(self.bucket, manifest), manifest)
+        return self._get("dataset", key, load, lambda d: d.features.nbytes)  # type: ignore[no-any-return]
+
+
+def _assemble(rows: Bucket, manifest: Mapping[str, Any]) -> Dataset:
+    order = np.argsort(rows.arrays["rows"], kind="stable")
+    return Dataset(
+        sample_ids=tuple(rows.sample_ids[i] for i in order),
+        owner_ids=tuple(rows.owner_ids[i] for i in order),
+        features=rows.arrays["features"][order],
+        labels=rows.arrays["labels"][order],
+        num_classes=int(manifest["num_classes"]),
+        name=str(manifest.get("name", "dataset")),
+    )
+
+
+def write_training(artifacts: ArtifactStore, dataset: Dataset, max_buckets: int) -> dict[str, Any]:
+    """Store a dataset's arrays as buckets; ``rows`` keeps the original order for reassembly."""
+    return write_buckets(
+        artifacts,
+        dataset.sample_ids,
+        dataset.owner_ids,
+        {
+            "features": dataset.features,
+            "labels": dataset.labels,
+            "rows": np.arange(len(dataset), dtype=np.int64),
+        },
+        bucket_count(len(dataset), max_buckets),
+        num_classes=dataset.num_classes,
+        feature_shape=list(dataset.feature_shape),
+        name=dataset.name,
+    )
+
+
+# -- JSON, seeds, configuration ----------------------------------------------------------------
+
+
+def json_safe(value: Any) -> Any:
+    """Plain JSON (no NaN/inf, which Postgres JSONB refuses): non-finite floats become strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return json_safe(value.item())
+    return value
+
+
+def json_restore(value: Any) -> Any:
+    if value in ("inf", "-inf", "nan"):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: json_restore(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_restore(v) for v in value]
+    return value
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from its parts: reproducible (a retried job draws the same noise) and distinct per use."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
+
+
+def privacy_of(model: Model) -> PrivacyTarget:
+    return PrivacyTarget(epsilon=model.epsilon, delta=model.delta, release_mode=model.release_mode)  # type: ignore[arg-type]
+
+
+def policy_of(model: Model) -> BudgetPolicy:
+    return BudgetPolicy(**model.policy)
+
+
+def policy_kwargs(fn: Callable[..., Any], policy: BudgetPolicy) -> dict[str, Any]:
+    """``{"policy": policy}`` when the method's ``fit``/``forget`` accepts it (so certificates state the
+    policy's cap); the protocol does not require the parameter, so methods without it still work."""
+    try:
+        return {"policy": policy} if "policy" in inspect.signature(fn).parameters else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+
+def write_statistics(
+    artifacts: ArtifactStore, snapshot: StatisticsSnapshot, max_buckets: int
+) -> dict[str, Any]:
+    """Write the per-sample vectors as buckets; returns the manifest stored in ``models.statistics``."""
+    vectors = snapshot.vectors.detach().cpu().numpy()
+    return write_buckets(
+        artifacts,
+        snapshot.sample_ids,
+        snapshot.owner_ids,
+        {"vectors": vectors},
+        bucket_count(len(snapshot.sample_ids), max_buckets),
+        dim=int(vectors.shape[1]),
+        dtype=str(vectors.dtype),
+    )
+
+
+def read_statistics(cache: BlobCache, manifest: Mapping[str, Any]) -> StatisticsSnapshot:
+    rows = read_rows(cache.bucket, manifest)
+    vectors = rows.arrays.get("vectors")
+    if vectors is None:
+        vectors = np.zeros((0, int(manifest["dim"])), dtype=np.dtype(manifest["dtype"]))
+    return StatisticsSnapshot(tuple(rows.sample_ids), tuple(rows.owner_ids), torch.from_numpy(vectors))
+
+
+def load_hot_statistics(
+    hot: HotStore, cache: BlobCache, model_id: int, seq: int, manifest: Mapping[str, Any]
+) -> None:
+    """Rebuild a model's statistics in Redis from the artifact store (after a flush or a retrain)."""
+    snapshot = read_statistics(cache, manifest)
+    hot.load_stats(model_id, seq, snapshot.sample_ids, snapshot.owner_ids, snapshot.vectors)
+
+
+# -- reconstituting the state ------------------------------------------------------------------
+
+
+def hot_statistics(
+    hot: HotStore, cache: BlobCache, hasher: SubjectHasher, uow: UnitOfWork, model: Model, seq: int
+) -> RedisSampleStatistics | None:
+    """The model's statistics over Redis, rebuilt first when Redis does not hold those of version ``seq``.
+
+    Called only by the holder of the model lock, the only writer of a model's statistics keys.
+    """
+    manifest = model.statistics
+    if manifest is None:
+        return None
+    meta = hot.stats_meta(model.id)
+    if meta is None or int(meta.get("seq", -1)) != seq:
+        load_hot_statistics(hot, cache, model.id, seq, manifest)
+    return RedisSampleStatistics(
+        hot,
+        model.id,
+        dim=int(manifest["dim"]),
+        dtype=str(manifest["dtype"]),
+        erased_samples=_ErasedLookup(uow, model.id, hasher.sample),
+        erased_owners=_ErasedLookup(uow, model.id, hasher.owner),
+    )
+
+
+class _ErasedLookup:
+    """``id in lookup``: whether the id was erased from this model (one indexed query, error paths only)."""
+
+    def __init__(self, uow: UnitOfWork, model_id: int, hash_fn: Callable[[str], str]) -> None:
+        self._uow, self._model_id, self._hash = uow, model_id, hash_fn
+
+    def __contains__(self, subject: object) -> bool:
+        return isinstance(subject, str) and bool(
+            self._uow.models.erased_among(self._model_id, [self._hash(subject)])
+        )
+
+
+def load_state(
+    hot: HotStore,
+    cache: BlobCache,
+    hasher: SubjectHasher,
+    uow: UnitOfWork,
+    model: Model,
+    version: ModelVersion,
+) -> tuple[MethodState, RedisSampleStatistics | None]:
+    from unlearning.models import ModelSpec
+
+    if version.clean_blob is None or version.released_blob is None:
+        raise RuntimeError(f"version {version.seq} of model {model.id} has no stored weights")
+    stats = hot_statistics(hot, cache, hasher, uow, model, version.seq)
+    state = MethodState(
+        method=model.method,
+        model=ModelSpec.from_dict(version.spec),
+        clean_weights=cache.weights(version.clean_blob),
+        released_weights=cache.weights(version.released_blob),
+        statistics=stats,
+        accounting=json_restore(dict(version.accounting)),
+        artifacts={name: cache.artifact(digest) for name, digest in version.artifacts.items()},
+        deleted_ids=HashedIdSet(hasher, uow.models.erased_hashes(model.id, "sample", model.budget_epoch)),
+    )
+    return state, stats

@@ -1,0 +1,340 @@
+"""Training (the first version of a model) and retraining (a new budget epoch).
+
+Neither holds a lock while it fits: the model's status (``training`` / ``retraining``) keeps deletion
+updates away meanwhile, progress is committed in short transactions, and the result is recorded in one
+transaction under the model lock. Torch is imported by the method modules only when a job runs, so a
+worker process never initialises CUDA before it forks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import update
+
+from service import metrics
+from service.audit.service import model_chain
+from service.db.base import utcnow
+from service.db.tables import LedgerEntry, Model
+from service.db.uow import UnitOfWork
+from service.jobs.completion import finish
+from service.jobs.plans import Batch, plan_requests
+from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
+from service.jobs.updates import fail_request, mark_applied, record_erasure
+from service.jobs.versions import Release, erase_from_dataset, record_version, release_after_fit
+from unlearning.errors import UnlearningError
+from unlearning.methods.registry import get_method
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+class ProgressReporter:
+    """``progress(phase, fraction)`` for ``method.fit``: commits phase, percent and ETA, at most every
+    ``interval`` seconds (each report is its own short transaction; the fit holds no lock)."""
+
+    def __init__(self, rt: Runtime, model_id: int, interval: float = 0.5) -> None:
+        self._rt, self._model_id, self._interval = rt, model_id, interval
+        self._start = time.monotonic()
+        self._last = 0.0
+
+    def __call__(self, phase: str, fraction: float) -> None:
+        now = time.monotonic()
+        if now - self._last < self._interval and fraction < 1.0:
+            return
+        self._last = now
+        fraction = min(max(float(fraction), 0.0), 1.0)
+        elapsed = now - self._start
+        eta = elapsed * (1.0 - fraction) / fraction if fraction > 0 else None
+        with self._rt.uow() as uow:
+            uow.session.execute(
+                update(Model)
+                .where(Model.id == self._model_id, Model.status.in_(("training", "retraining")))
+                .values(phase=phase[:64], progress=fraction, eta_seconds=eta, updated_at=utcnow())
+            )
+            uow.commit()
+
+
+def _fit(rt: Runtime, model: Model, training: dict[str, Any], seed: int) -> tuple[Release, Any]:
+    """Fit on the arrays ``training`` names; returns the release (blobs written) and the certificate."""
+    dataset = rt.cache.dataset(training)
+    method = get_method(model.method)
+    policy = policy_of(model)
+    state, certificate = method.fit(
+        dataset,
+        dict(model.config),
+        privacy_of(model),
+        seed,
+        ProgressReporter(rt, model.id),
+        **policy_kwargs(method.fit, policy),
+    )
+    problems = method.verify_certificate(certificate)
+    if problems:
+        raise RuntimeError("the certificate of the trained model did not verify: " + "; ".join(problems))
+    release = release_after_fit(
+        rt.artifacts, state, certificate, training, len(dataset), rt.settings.max_buckets
+    )
+    return release, certificate
+
+
+def _stale(rt: Runtime, model: Model) -> bool:
+    """A training whose progress has not moved for ``stale_job_seconds`` is presumed dead."""
+    return model.updated_at < utcnow() - timedelta(seconds=rt.settings.stale_job_seconds)
+
+
+# -- training -----------------------------------------------------------------------------------
+
+
+def train_model(rt: Runtime, model_id: int) -> None:
+    with rt.uow() as uow:
+        model = uow.models.lock(model_id)
+        if model is None or not (
+            model.status == "queued" or (model.status == "training" and _stale(rt, model))
+        ):
+            return
+        model.status, model.phase, model.progress, model.eta_seconds = "training", "starting", 0.0, None
+        model.started_at, model.error = utcnow(), None
+        uow.audit.append(model_chain(model_id), "training.started", model_id=model_id)
+        uow.commit()
+    started = time.perf_counter()
+    try:
+        if model.training is None:
+            raise UnlearningError("the model's training data is empty")
+        release, certificate = _fit(rt, model, model.training, int(model.seed))
+    except Exception as exc:  # noqa: BLE001 - any failure becomes the model's error, never a crash loop
+        _fail_training(rt, model_id, exc)
+        return
+    with rt.uow() as uow:
+        model = uow.models.lock(model_id)
+        if model is None or model.status != "training":
+            return
+        version = record_version(
+            uow, model, release, kind="initial", budget_epoch=1, num_forgotten=0, request_count=0
+        )
+        model.budget_epoch = 1
+        _ledger(uow, model, version.id, certificate, kind="initial", reason=None)
+        _ready(model)
+        uow.audit.append(
+            model_chain(model_id),
+            "model.trained",
+            model_id=model_id,
+            version_id=version.id,
+            payload={
+                "seq": version.seq,
+                "train_size": release.train_size,
+                "guarantee": certificate.guarantee,
+                "weights_sha256": release.released_blob,
+            },
+        )
+        _load_statistics(rt, uow, model, version.seq, release)
+        uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
+        uow.commit()
+    metrics.TRAININGS.labels("initial", "ok").inc()
+    metrics.TRAINING_SECONDS.labels("initial").observe(time.perf_counter() - started)
+    finish(rt, model_id, version.id)
+
+
+def _fail_training(rt: Runtime, model_id: int, exc: BaseException) -> None:
+    """The model cannot serve: record why, and fail the deletions waiting for it (nothing to apply them to)."""
+    reason = str(exc) if isinstance(exc, UnlearningError) else f"training failed: {type(exc).__name__}: {exc}"
+    if not isinstance(exc, UnlearningError):
+        log.error("training of model %s failed", model_id, exc_info=exc)
+    metrics.TRAININGS.labels("initial", "failed").inc()
+    with rt.uow() as uow:
+        model = uow.models.lock(model_id)
+        if model is None:
+            return
+        model.status, model.phase, model.error, model.finished_at = "failed", "failed", reason, utcnow()
+        model.eta_seconds = None
+        uow.audit.append(
+            model_chain(model_id), "training.failed", model_id=model_id, payload={"reason": reason}
+        )
+        for request in uow.deletions.in_states(model_id, ["queued"]):
+            fail_request(uow, model_id, request, f"the model failed to train: {reason}")
+        uow.commit()
+
+
+# -- retraining ---------------------------------------------------------------------------------
+
+
+def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None:
+    """Retrain on the remaining data without every waiting request's subjects; start a new budget epoch."""
+    with rt.uow() as uow:
+        model = uow.models.lock(model_id)
+        if model is None or model.status != "retraining":
+            return
+        if model.phase != "waiting" and not _stale(rt, model):
+            return  # another worker is retraining it
+        requests = uow.deletions.in_states(model_id, ["awaiting_retrain", "retraining", "queued"])
+        if not requests:
+            _ready(model)
+            uow.commit()
+            return
+        reason = reason or _last_reason(uow, requests) or "budget exhausted"
+        batch = Batch(plan_requests(uow, model_id, requests))
+        forgotten = batch.samples
+        now = utcnow()
+        for request in requests:
+            if request.state != "retraining":
+                request.state = "retraining"
+                uow.deletions.add_event(request.id, "retraining", now, reason)
+        model.phase, model.progress, model.eta_seconds, model.started_at = "retraining", 0.0, None, now
+        epoch = model.budget_epoch + 1
+        uow.audit.append(
+            model_chain(model_id),
+            "retrain.started",
+            model_id=model_id,
+            payload={
+                "reason": reason,
+                "requests": [r.id for r in requests],
+                "forgotten": len(forgotten),
+                "budget_epoch": epoch,
+            },
+        )
+        training = model.training
+        uow.commit()
+    started = time.perf_counter()
+    try:
+        if training is None:
+            raise UnlearningError("the model has no training data left to retrain on")
+        remaining = rt.cache.drop_rows(training, forgotten)[0]
+        if not remaining["buckets"]:
+            raise UnlearningError("these deletions would leave no training data: nothing to retrain on")
+        release, certificate = _fit(rt, model, remaining, derive_seed(model.seed, "retrain", epoch))
+    except Exception as exc:  # noqa: BLE001
+        _fail_retrain(rt, model_id, exc)
+        return
+    with rt.uow() as uow:
+        model = uow.models.lock(model_id)
+        if model is None or model.status != "retraining" or model.training != training:
+            return
+        requests = uow.deletions.in_states(model_id, ["retraining"])
+        batch = Batch([p for p in batch.plans if p.request.id in {r.id for r in requests}])
+        for plan in batch.plans:
+            plan.request = next(r for r in requests if r.id == plan.request.id)
+        dataset_row = uow.datasets.lock(model.dataset_id)
+        garbage = set()
+        if dataset_row is not None:
+            garbage = erase_from_dataset(
+                uow,
+                rt.cache,
+                dataset_row,
+                forgotten,
+                old_training=training,
+                new_training=release.training,
+            )
+        version = record_version(
+            uow,
+            model,
+            release,
+            kind="retrained",
+            budget_epoch=epoch,
+            num_forgotten=len(forgotten),
+            request_count=len(requests),
+            garbage=garbage,
+        )
+        model.budget_epoch = epoch
+        _ledger(uow, model, version.id, certificate, kind="retrain", reason=reason, deletions=len(forgotten))
+        # Tombstones belong to the epoch that ended: the new epoch starts with nothing forgotten.
+        record_erasure(rt, uow, model, batch, dict(forgotten), budget_epoch=epoch - 1)
+        completed = {
+            "event_type": "retrain.completed",
+            "model_id": model_id,
+            "request_id": None,
+            "version_id": version.id,
+            "payload": {
+                "seq": version.seq,
+                "budget_epoch": epoch,
+                "reason": reason,
+                "forgotten": len(forgotten),
+                "train_size": release.train_size,
+                "weights_sha256": release.released_blob,
+            },
+        }
+        mark_applied(uow, model_id, requests, version.id, None, version.seq, completed)
+        _ready(model)
+        _load_statistics(rt, uow, model, version.seq, release)
+        uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
+        uow.commit()
+    metrics.TRAININGS.labels("retrain", "ok").inc()
+    metrics.TRAINING_SECONDS.labels("retrain").observe(time.perf_counter() - started)
+    finish(rt, model_id, version.id)
+
+
+def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:
+    for event in reversed(uow.deletions.events(requests[0].id)):
+        if event.state == "awaiting_retrain" and event.detail:
+            return event.detail
+    return None
+
+
+def _fail_retrain(rt: Runtime, model_id: int, exc: BaseException) -> None:
+    """The old version keeps serving; the waiting requests fail with the reason."""
+    reason = (
+        str(exc) if isinstance(exc, UnlearningError) else f"retraining failed: {type(exc).__name__}: {exc}"
+    )
+    if not isinstance(exc, UnlearningError):
+        log.error("retraining of model %s failed", model_id, exc_info=exc)
+    metrics.TRAININGS.labels("retrain", "failed").inc()
+    with rt.uow() as uow:
+        model = uow.models.lock(model_id)
+        if model is None:
+            return
+        for request in uow.deletions.in_states(model_id, ["retraining", "awaiting_retrain"]):
+            fail_request(uow, model_id, request, reason)
+        _ready(model)
+        model.error = reason
+        uow.audit.append(
+            model_chain(model_id), "retrain.failed", model_id=model_id, payload={"reason": reason}
+        )
+        uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
+        uow.commit()
+
+
+# -- shared -------------------------------------------------------------------------------------
+
+
+def _ready(model: Model) -> None:
+    model.status, model.phase, model.progress, model.eta_seconds = "ready", "ready", 1.0, 0.0
+    model.finished_at = utcnow()
+
+
+def _ledger(
+    uow: UnitOfWork,
+    model: Model,
+    version_id: int,
+    certificate: Any,
+    *,
+    kind: str,
+    reason: str | None,
+    deletions: int = 0,
+) -> None:
+    uow.ledger.add(
+        LedgerEntry(
+            model_id=model.id,
+            budget_epoch=model.budget_epoch,
+            kind=kind,
+            version_id=version_id,
+            budget_unit=certificate.budget_unit,
+            budget_cap=certificate.budget_cap,
+            charge=certificate.charge,
+            spent=certificate.budget_spent,
+            deletions=deletions,
+            reason=reason,
+        )
+    )
+
+
+def _load_statistics(rt: Runtime, uow: UnitOfWork, model: Model, seq: int, release: Release) -> None:
+    """Fill Redis with the new epoch's statistics before the commit, under the model lock (keyed by
+    version, so a failed commit leaves Redis marked with a version Postgres does not have: rebuilt)."""
+    uow.session.flush()
+    if release.statistics is not None:
+        load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics)
+    else:
+        rt.hot.clear_stats(model.id)

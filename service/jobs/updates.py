@@ -1,0 +1,459 @@
+"""Deletion updates: drain every queued request of a model into one new version.
+
+One update, under the model lock (``SELECT ... FOR NO KEY UPDATE`` on the model row; BEGIN IMMEDIATE
+on SQLite):
+
+1. read the queued requests (locked, oldest first) and the current version's state;
+2. take the longest prefix of requests the budget policy allows (``method.must_retrain``); the rest
+   wait for a retrain, which this transaction schedules;
+3. ``method.forget`` on the union (additivity: one call, one new version); a request the method
+   rejects is failed alone and the others are applied without it;
+4. write the blobs, then in ONE transaction: the version row, the ledger charge, the request states,
+   the tombstones, the erasure of the rows from the stored training and dataset arrays, the audit
+   events and the statistics in Redis (keyed by version, so Redis ahead of an aborted commit is
+   detected and rebuilt); commit;
+5. after the commit: serve the version, delete the garbage blobs, complete the requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from service import metrics
+from service.audit.service import model_chain
+from service.db.base import utcnow
+from service.db.tables import DeletionRequest, LedgerEntry, Model
+from service.db.uow import UnitOfWork
+from service.jobs.completion import finish
+from service.jobs.plans import Batch, RequestPlan, plan_requests
+from service.jobs.state import (
+    derive_seed,
+    load_hot_statistics,
+    load_state,
+    policy_kwargs,
+    policy_of,
+    privacy_of,
+)
+from service.jobs.versions import erase_from_dataset, record_version, release_after_forget
+from service.storage.statistics import HotStoreLost, RedisSampleStatistics
+from unlearning.data import Dataset
+from unlearning.errors import UnlearningError
+from unlearning.methods.protocol import ForgetOutcome, MethodState, UnlearningMethod
+from unlearning.methods.registry import get_method
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+_MAX_ROUNDS = 1000  # drain loop bound: a model under constant load still yields the worker now and then
+_HOT_STORE_RETRIES = 3
+
+
+def request_update(rt: Runtime, model_id: int) -> None:
+    """After a commit that queued deletions: make sure an update job for the model is on its way.
+
+    The queued request rows are the durable record of the work (the reconciler re-publishes for any
+    left queued), so the job is published directly, and only when none is already pending: under load,
+    one job drains many requests and the broker sees one message, not one per request.
+    """
+    if rt.hot.claim_update(model_id):
+        try:
+            rt.queue.send("apply_deletions", {"model_id": model_id})
+        except Exception:
+            rt.hot.release_update(model_id)
+            log.warning(
+                "could not publish the update job of model %s; the reconciler will", model_id, exc_info=True
+            )
+
+
+def apply_deletions(rt: Runtime, model_id: int) -> None:
+    """Drain the model's queued requests, one version per round, until none is left."""
+    # Before reading the queue: a request committed from now on publishes a job of its own.
+    rt.hot.release_update(model_id)
+    for _ in range(_MAX_ROUNDS):
+        progressed, version_id = _apply_with_retries(rt, model_id)
+        if version_id is not None:
+            finish(rt, model_id, version_id)
+        if not progressed or not _has_queued(rt, model_id):
+            return
+    # Still busy: hand the rest to a fresh job instead of monopolising this worker.
+    with rt.uow() as uow:
+        uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
+        uow.commit()
+
+
+def _has_queued(rt: Runtime, model_id: int) -> bool:
+    """A cheap unlocked look before taking the model lock again: a request queued after this look
+    published its own update job, so stopping here loses nothing."""
+    with rt.uow() as uow:
+        return uow.deletions.count_in_states(model_id, ["queued"]) > 0
+
+
+def _apply_with_retries(rt: Runtime, model_id: int) -> tuple[bool, int | None]:
+    for attempt in range(_HOT_STORE_RETRIES):
+        try:
+            return apply_batch(rt, model_id)
+        except HotStoreLost:
+            # Redis was flushed mid-update: the transaction rolled back; the next attempt rebuilds
+            # the statistics from the artifact store before reading them.
+            metrics.HOT_STORE_REBUILDS.inc()
+            log.warning(
+                "hot store lost during update of model %s (attempt %d); rebuilding", model_id, attempt + 1
+            )
+    return apply_batch(rt, model_id)
+
+
+@dataclass
+class _Forgot:
+    batch: Batch
+    outcome: ForgetOutcome | None
+    failed: dict[int, str]
+
+
+def apply_batch(rt: Runtime, model_id: int) -> tuple[bool, int | None]:
+    """One update. Returns (whether any queued request was handled, the version to finish or None)."""
+    started = time.perf_counter()
+    with rt.uow() as uow:
+        model = uow.models.lock(model_id)
+        if model is None or model.status != "ready" or model.current_version_id is None:
+            return False, None
+        requests = uow.deletions.in_states(model_id, ["queued"], limit=rt.settings.max_batch)
+        if not requests:
+            return False, None
+        claimed_at = utcnow()
+        method = get_method(model.method)
+        version = uow.models.version(model.current_version_id)
+        if version is None:
+            raise RuntimeError(f"model {model_id} points at a missing version {model.current_version_id}")
+        state, stats = load_state(rt.hot, rt.cache, rt.hasher, uow, model, version)
+        remaining = (
+            rt.cache.dataset(model.training) if method.needs_training_data and model.training else None
+        )
+        take, wait, reason = _budget_prefix(method, model, state, plan_requests(uow, model_id, requests))
+        noise_seed = derive_seed(model.seed, "noise", model_id, version.seq + 1)
+        forgot = _forget(method, model, state, stats, take, noise_seed, remaining)
+        if forgot.outcome is not None and (over := _over_budget(forgot.outcome)):
+            # The method's own budget check let through what its certificate says exceeds the cap:
+            # never ledger it; the requests wait for a retrain like any over-budget request.
+            wait, reason = [*forgot.batch.plans, *wait], over
+            forgot = _Forgot(Batch([]), None, forgot.failed)
+        if forgot.outcome is not None and (problem := _unverified(method, forgot.outcome)):
+            failed = {p.request.id: problem for p in forgot.batch.plans}
+            forgot = _Forgot(Batch([]), None, failed | forgot.failed)
+        for plan in take:
+            if plan.request.id in forgot.failed:
+                fail_request(uow, model_id, plan.request, forgot.failed[plan.request.id], claimed_at)
+        if wait:
+            _await_retrain(uow, model, [p.request for p in wait], reason or "", claimed_at)
+        finished: int | None = None
+        if forgot.outcome is not None and forgot.outcome.forgotten_ids:
+            finished = _record_update(rt, uow, model, stats, forgot.batch, forgot.outcome, claimed_at)
+        elif forgot.batch.plans:
+            # Nothing left to forget (an earlier version already excludes these subjects): the
+            # current version answers them.
+            mark_applied(
+                uow, model_id, [p.request for p in forgot.batch.plans], version.id, claimed_at, version.seq
+            )
+            finished = version.id
+        uow.commit()
+    metrics.UPDATE_SECONDS.observe(time.perf_counter() - started)
+    metrics.UPDATE_BATCH.observe(len(requests))
+    return True, finished
+
+
+def _budget_prefix(
+    method: UnlearningMethod, model: Model, state: MethodState, plans: list[RequestPlan]
+) -> tuple[list[RequestPlan], list[RequestPlan], str | None]:
+    """The longest prefix of ``plans`` the budget allows, the requests that must wait, and why.
+
+    Requests keep their order: once one waits for the retrain, every later one waits with it.
+    """
+    privacy, policy = privacy_of(model), policy_of(model)
+    covered: set[str] = set()
+    for i, plan in enumerate(plans):
+        pending = covered | set(plan.samples)
+        if plan.samples:
+            reason = method.must_retrain(state, policy, privacy, pending_deletions=len(pending))
+            if reason is not None:
+                return plans[:i], plans[i:], reason
+        covered = pending
+    return plans, [], None
+
+
+def _forget(
+    method: UnlearningMethod,
+    model: Model,
+    state: MethodState,
+    stats: RedisSampleStatistics | None,
+    plans: list[RequestPlan],
+    noise_seed: int,
+    remaining: Dataset | None,
+) -> _Forgot:
+    """``method.forget`` on the batch; a request the method rejects fails alone."""
+    privacy, policy = privacy_of(model), policy_of(model)
+    extra = policy_kwargs(method.forget, policy)
+
+    def run(batch: Batch) -> ForgetOutcome | None:
+        request = batch.forget_request()
+        if stats is not None:
+            stats.discard_staged()
+        if not request.kinds():
+            return None
+        return method.forget(state, request, noise_seed, privacy, remaining=remaining, **extra)
+
+    if stats is not None:
+        stats.prefetch_owners(o for p in plans for o in p.owners)
+    batch = Batch(plans)
+    try:
+        return _Forgot(batch, run(batch), {})
+    except UnlearningError as exc:
+        _check_hot_store(stats)
+        if len(plans) == 1:
+            return _Forgot(Batch([]), None, {plans[0].request.id: str(exc)})
+    # Find the culprits one by one (rare: submissions are validated), then apply the rest together.
+    failed: dict[int, str] = {}
+    good: list[RequestPlan] = []
+    for plan in plans:
+        try:
+            run(Batch([plan]))
+            good.append(plan)
+        except UnlearningError as exc:
+            _check_hot_store(stats)
+            failed[plan.request.id] = str(exc)
+    batch = Batch(good)
+    return _Forgot(batch, run(batch) if good else None, failed)
+
+
+def _check_hot_store(stats: RedisSampleStatistics | None) -> None:
+    """An error caused by statistics vanishing from Redis is not the request's fault: retry instead."""
+    if stats is not None and stats.loaded_seq() is None:
+        raise HotStoreLost("statistics vanished from Redis during the update")
+
+
+def _over_budget(outcome: ForgetOutcome) -> str | None:
+    cert = outcome.certificate
+    if cert.budget_spent > cert.budget_cap:
+        return f"the update would spend {cert.budget_spent} {cert.budget_unit} of a budget capped at {cert.budget_cap}"
+    return None
+
+
+def _unverified(method: UnlearningMethod, outcome: ForgetOutcome) -> str | None:
+    problems = method.verify_certificate(outcome.certificate)
+    if problems:
+        return "the certificate of this update did not verify: " + "; ".join(problems)
+    return None
+
+
+def _record_update(
+    rt: Runtime,
+    uow: UnitOfWork,
+    model: Model,
+    stats: RedisSampleStatistics | None,
+    batch: Batch,
+    outcome: ForgetOutcome,
+    claimed_at: Any,
+) -> int:
+    planned = batch.samples
+    if stats is not None:
+        planned = {**planned, **stats.staged}
+    forgotten = {sid: planned.get(sid, "") for sid in outcome.forgotten_ids}
+    if set(forgotten) != set(batch.samples):
+        log.warning(
+            "model %s: the method forgot %d samples, the plan named %d",
+            model.id,
+            len(forgotten),
+            len(batch.samples),
+        )
+    cert = outcome.certificate
+    release = release_after_forget(
+        rt.artifacts,
+        rt.cache,
+        model,
+        outcome.state,
+        cert,
+        forgotten,
+        rt.settings.max_buckets,
+        staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
+    )
+    dataset_row = uow.datasets.lock(model.dataset_id)
+    garbage = set()
+    if dataset_row is not None:
+        garbage = erase_from_dataset(
+            uow,
+            rt.cache,
+            dataset_row,
+            forgotten,
+            old_training=model.training,
+            new_training=release.training,
+        )
+    version = record_version(
+        uow,
+        model,
+        release,
+        kind="unlearned",
+        budget_epoch=model.budget_epoch,
+        num_forgotten=len(forgotten),
+        request_count=len(batch.plans),
+        garbage=garbage,
+    )
+    uow.ledger.add(
+        LedgerEntry(
+            model_id=model.id,
+            budget_epoch=model.budget_epoch,
+            kind="charge",
+            version_id=version.id,
+            budget_unit=cert.budget_unit,
+            budget_cap=cert.budget_cap,
+            charge=cert.charge,
+            spent=cert.budget_spent,
+            deletions=len(forgotten),
+        )
+    )
+    record_erasure(rt, uow, model, batch, forgotten, budget_epoch=model.budget_epoch)
+    created = {
+        "event_type": "version.created",
+        "model_id": model.id,
+        "request_id": None,
+        "version_id": version.id,
+        "payload": {
+            "seq": version.seq,
+            "kind": "unlearned",
+            "budget_epoch": model.budget_epoch,
+            "requests": [p.request.id for p in batch.plans],
+            "forgotten": len(forgotten),
+            "charge": cert.charge,
+            "spent": cert.budget_spent,
+            "cap": cert.budget_cap,
+            "guarantee": cert.guarantee,
+            "weights_sha256": release.released_blob,
+        },
+    }
+    mark_applied(
+        uow, model.id, [p.request for p in batch.plans], version.id, claimed_at, version.seq, created
+    )
+    uow.session.flush()  # surface any constraint violation before Redis is touched
+    if stats is not None and release.statistics is not None:
+        if isinstance(outcome.state.statistics, RedisSampleStatistics):
+            stats.apply(version.seq - 1, version.seq)
+        else:
+            load_hot_statistics(rt.hot, rt.cache, model.id, version.seq, release.statistics)
+    return version.id
+
+
+def record_erasure(
+    rt: Runtime, uow: UnitOfWork, model: Model, batch: Batch, forgotten: dict[str, str], *, budget_epoch: int
+) -> None:
+    """Tombstones (keyed hashes) for the forgotten samples and for owners with nothing left; the plaintext
+    sample rows go."""
+    request_of = batch.request_of()
+    uow.models.delete_samples(model.id, list(forgotten))
+    rows: list[dict[str, object]] = [
+        {
+            "model_id": model.id,
+            "subject_hash": rt.hasher.sample(sid),
+            "kind": "sample",
+            "budget_epoch": budget_epoch,
+            "request_id": request_of.get(sid),
+            "erased_at": utcnow(),
+        }
+        for sid in forgotten
+    ]
+    owners = {o for o in forgotten.values() if o}
+    left = uow.models.samples_of_owners(model.id, sorted(owners))
+    owner_request = {o: p.request.id for p in batch.plans for o in p.owners}
+    for owner in owners - set(left):
+        rows.append(
+            {
+                "model_id": model.id,
+                "subject_hash": rt.hasher.owner(owner),
+                "kind": "owner",
+                "budget_epoch": budget_epoch,
+                "request_id": owner_request.get(owner),
+                "erased_at": utcnow(),
+            }
+        )
+    uow.models.add_erased(rows)
+
+
+def mark_applied(
+    uow: UnitOfWork,
+    model_id: int,
+    requests: list[DeletionRequest],
+    version_id: int,
+    claimed_at: Any,
+    seq: int,
+    *first_events: dict[str, Any],
+) -> None:
+    """The requests are in version ``seq``; ``first_events`` go to the audit log just before theirs.
+    ``claimed_at`` (when the update took them) is recorded as their ``applying`` state; a retrain's
+    requests went through ``retraining`` instead and pass None."""
+    now = utcnow()
+    for request in requests:
+        request.state = "applied"
+        request.version_id = version_id
+        if claimed_at is not None:
+            uow.deletions.add_event(request.id, "applying", claimed_at)
+        uow.deletions.add_event(request.id, "applied", now, f"version {seq}")
+    uow.audit.append_many(
+        model_chain(model_id),
+        [*first_events]
+        + [
+            {
+                "event_type": "deletion.applied",
+                "model_id": model_id,
+                "request_id": r.id,
+                "version_id": version_id,
+                "payload": {"version_seq": seq},
+            }
+            for r in requests
+        ],
+    )
+
+
+def fail_request(
+    uow: UnitOfWork, model_id: int, request: DeletionRequest, reason: str, claimed_at: Any = None
+) -> None:
+    now = utcnow()
+    request.state = "failed"
+    request.failure_reason = reason
+    request.subjects = None
+    if claimed_at is not None:
+        uow.deletions.add_event(request.id, "applying", claimed_at)
+    uow.deletions.add_event(request.id, "failed", now, reason)
+    uow.audit.append(
+        model_chain(model_id),
+        "deletion.failed",
+        model_id=model_id,
+        request_id=request.id,
+        payload={"reason": reason},
+    )
+    if request.callback_url:
+        request.callback_state = "pending"
+        uow.outbox.add("deliver_callback", {"request_id": request.id, "attempt": 1})
+    metrics.DELETIONS_FAILED.inc()
+
+
+def _await_retrain(
+    uow: UnitOfWork, model: Model, requests: list[DeletionRequest], reason: str, at: Any
+) -> None:
+    """Park ``requests`` until a retrain excludes them; schedule that retrain (a new budget epoch)."""
+    for request in requests:
+        request.state = "awaiting_retrain"
+        uow.deletions.add_event(request.id, "awaiting_retrain", at, reason)
+    model.status = "retraining"
+    model.phase = "waiting"
+    model.progress = 0.0
+    model.eta_seconds = None
+    uow.audit.append(
+        model_chain(model.id),
+        "retrain.scheduled",
+        model_id=model.id,
+        payload={"reason": reason, "requests": [r.id for r in requests], "budget_epoch": model.budget_epoch},
+    )
+    uow.outbox.add(
+        "retrain_model", {"model_id": model.id, "reason": reason}, dedupe_key=f"retrain:{model.id}"
+    )

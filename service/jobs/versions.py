@@ -1,0 +1,226 @@
+"""Writing a new model version: blobs before the transaction, rows inside it.
+
+Blobs are written first (content-addressed, so a rolled-back attempt leaves at most unreferenced
+files); then one transaction records the version, moves the model's pointers, swaps artifact references
+and erases the forgotten rows from the dataset's stored arrays. The blobs whose last reference the
+transaction drops are listed in ``model_versions.garbage`` and deleted from the artifact store before
+any request the version answers counts as completed.
+
+The model row holds (under one artifact holder, ``model:<id>``) everything its current state needs:
+the training-array buckets, the statistics buckets, the current version's weights and its
+``MethodState.artifacts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import update
+
+from service.db.base import utcnow
+from service.db.tables import Dataset as DatasetRow
+from service.db.tables import Model, ModelVersion
+from service.db.uow import UnitOfWork
+from service.jobs.state import BlobCache, json_safe, write_statistics
+from service.storage.artifacts import ArtifactStore
+from service.storage.buckets import digests
+from service.storage.tensors import encode_artifact, encode_weights
+from unlearning.methods.protocol import MethodState
+from unlearning.privacy.certificate import Certificate
+
+
+@dataclass
+class Release:
+    """Everything a new version consists of, already written to the artifact store."""
+
+    released_blob: str
+    clean_blob: str
+    spec: dict[str, Any]
+    accounting: dict[str, Any]
+    certificate: dict[str, Any]
+    training: dict[str, Any] | None
+    train_size: int
+    statistics: dict[str, Any] | None
+    artifacts: dict[str, str]  # MethodState.artifacts: name -> blob
+
+
+def model_holder(model_id: int) -> str:
+    return f"model:{model_id}"
+
+
+def dataset_holder(dataset_id: int) -> str:
+    return f"dataset:{dataset_id}"
+
+
+def write_state(
+    artifacts: ArtifactStore, state: MethodState
+) -> tuple[str, str, dict[str, Any], dict[str, str]]:
+    """The weights and the method's own tensors: (released, clean, spec, artifacts)."""
+    spec = state.model.to_dict() if hasattr(state.model, "to_dict") else dict(state.model)
+    released = artifacts.put(encode_weights(state.released_weights, spec))
+    clean = artifacts.put(encode_weights(state.clean_weights, spec))
+    own = {name: artifacts.put(encode_artifact(name, t)) for name, t in sorted(state.artifacts.items())}
+    return released, clean, spec, own
+
+
+def release_after_fit(
+    artifacts: ArtifactStore,
+    state: MethodState,
+    certificate: Certificate,
+    training: dict[str, Any],
+    train_size: int,
+    max_buckets: int,
+) -> Release:
+    released, clean, spec, own = write_state(artifacts, state)
+    stats = state.statistics
+    return Release(
+        released_blob=released,
+        clean_blob=clean,
+        spec=spec,
+        artifacts=own,
+        accounting=json_safe(state.accounting),
+        certificate=certificate.to_dict(),
+        training=training,
+        train_size=train_size,
+        statistics=write_statistics(artifacts, stats.export(), max_buckets) if stats is not None else None,
+    )
+
+
+def release_after_forget(
+    artifacts: ArtifactStore,
+    cache: BlobCache,
+    model: Model,
+    state: MethodState,
+    certificate: Certificate,
+    forgotten: Mapping[str, str],
+    max_buckets: int,
+    staged: bool,
+) -> Release:
+    """``forgotten``: sample id -> owner id. ``staged``: the statistics removals are the service's own
+    (RedisSampleStatistics), so only the affected statistics buckets are rewritten; otherwise the method
+    replaced the statistics object and its whole snapshot is written again."""
+    released, clean, spec, own = write_state(artifacts, state)
+    training = cache.drop_rows(model.training, forgotten)[0] if model.training else None
+    statistics = model.statistics
+    if state.statistics is not None and model.statistics is not None and staged:
+        statistics = cache.drop_rows(model.statistics, forgotten)[0]
+    elif state.statistics is not None:
+        statistics = write_statistics(artifacts, state.statistics.export(), max_buckets)
+    return Release(
+        released_blob=released,
+        clean_blob=clean,
+        spec=spec,
+        accounting=json_safe(state.accounting),
+        artifacts=own,
+        certificate=certificate.to_dict(),
+        training=training if training and training["buckets"] else None,
+        train_size=model.train_size - len(forgotten),
+        statistics=statistics,
+    )
+
+
+def _held_by_model(model: Model, version: ModelVersion | None) -> set[str]:
+    held = digests(model.training) | digests(model.statistics)
+    if version is not None:
+        held |= {b for b in (version.released_blob, version.clean_blob) if b} | set(
+            version.artifacts.values()
+        )
+    return held
+
+
+def record_version(
+    uow: UnitOfWork,
+    model: Model,
+    release: Release,
+    *,
+    kind: str,
+    budget_epoch: int,
+    num_forgotten: int,
+    request_count: int,
+    garbage: set[str] = frozenset(),  # type: ignore[assignment]
+) -> ModelVersion:
+    """Insert the version and point the model at it; the blobs the model stops holding, with
+    ``garbage`` (released elsewhere in the transaction), become the version's garbage.
+
+    Superseded versions lose their weights (rows, certificates and the weights' digest stay): they
+    carry the influence of subjects this version forgets, and only the current version is served.
+    """
+    previous = uow.models.version(model.current_version_id) if model.current_version_id is not None else None
+    old = _held_by_model(model, previous)
+    new = (
+        digests(release.training)
+        | digests(release.statistics)
+        | {release.released_blob, release.clean_blob}
+        | set(release.artifacts.values())
+    )
+    released = uow.refs.release(model_holder(model.id), old - new)
+    uow.refs.hold(model_holder(model.id), new - old)
+    version = uow.models.add_version(
+        ModelVersion(
+            model_id=model.id,
+            seq=(previous.seq + 1) if previous else 1,
+            kind=kind,
+            parent_id=previous.id if previous else None,
+            budget_epoch=budget_epoch,
+            released_blob=release.released_blob,
+            clean_blob=release.clean_blob,
+            released_sha256=release.released_blob,
+            spec=release.spec,
+            certificate=release.certificate,
+            accounting=release.accounting,
+            artifacts=release.artifacts,
+            num_forgotten=num_forgotten,
+            train_size=release.train_size,
+            request_count=request_count,
+            garbage=sorted(released | set(garbage)),
+        )
+    )
+    model.current_version_id = version.id
+    model.training = release.training
+    model.train_size = release.train_size
+    model.statistics = release.statistics
+    uow.session.execute(
+        update(ModelVersion)
+        .where(
+            ModelVersion.model_id == model.id,
+            ModelVersion.id != version.id,
+            ModelVersion.weights_purged_at.is_(None),
+        )
+        .values(released_blob=None, clean_blob=None, artifacts={}, weights_purged_at=utcnow())
+    )
+    return version
+
+
+def erase_from_dataset(
+    uow: UnitOfWork,
+    cache: BlobCache,
+    dataset_row: DatasetRow,
+    forgotten: Mapping[str, str],
+    *,
+    old_training: Mapping[str, Any] | None,
+    new_training: Mapping[str, Any] | None,
+) -> set[str]:
+    """Remove the forgotten samples from the dataset's own stored arrays; returns the blobs released.
+
+    A subject forgotten by one model is erased from the source dataset too, so a model registered on the
+    dataset later never sees them. When the dataset and the model held the same buckets (the usual case)
+    the dataset takes the model's new buckets: nothing is written twice.
+    """
+    if dataset_row.arrays is None:
+        return set()
+    if old_training is not None and dataset_row.arrays["buckets"] == old_training["buckets"]:
+        arrays = dict(new_training) if new_training else None
+    else:
+        arrays, _ = cache.drop_rows(dataset_row.arrays, forgotten)
+        arrays = arrays if arrays["buckets"] else None
+    if arrays == dataset_row.arrays:
+        return set()
+    released = uow.refs.release(dataset_holder(dataset_row.id), digests(dataset_row.arrays) - digests(arrays))
+    uow.refs.hold(dataset_holder(dataset_row.id), digests(arrays) - digests(dataset_row.arrays))
+    remaining = sum(len(cache.bucket(d).sample_ids) for d in digests(arrays))
+    dataset_row.erased_rows += dataset_row.num_rows - remaining
+    dataset_row.num_rows = remaining
+    dataset_row.arrays = arrays
+    return released

@@ -1,0 +1,1 @@
+"""The privacy ledger: budget epochs, charges and retrains."""

@@ -1,0 +1,46 @@
+"""The privacy budget of a model, read from the append-only ledger."""
+
+from __future__ import annotations
+
+from service.db.tables import Model
+from service.db.uow import UnitOfWork
+from service.ledger.schemas import BudgetOut, LedgerEntryOut, RetrainOut
+
+
+def budget(uow: UnitOfWork, model: Model) -> BudgetOut:
+    entries = uow.ledger.entries(model.id)
+    seq_of = {v.id: v.seq for v in uow.models.versions(model.id, limit=1_000_000)}
+    current = entries[-1] if entries else None
+    return BudgetOut(
+        model_id=model.id,
+        budget_epoch=model.budget_epoch,
+        unit=current.budget_unit if current else None,
+        cap=current.budget_cap if current else None,
+        spent=current.spent if current else None,
+        remaining=max(current.budget_cap - current.spent, 0.0) if current else None,
+        release_mode=model.release_mode,
+        charges=[
+            LedgerEntryOut(
+                budget_epoch=e.budget_epoch,
+                kind=e.kind,
+                version_seq=seq_of.get(e.version_id) if e.version_id else None,
+                charge=e.charge,
+                spent=e.spent,
+                cap=e.budget_cap,
+                deletions=e.deletions,
+                reason=e.reason,
+                at=e.created_at,
+            )
+            for e in entries
+        ],
+        retrains=[
+            RetrainOut(
+                budget_epoch=e.budget_epoch,
+                version_seq=seq_of.get(e.version_id) if e.version_id else None,
+                reason=e.reason,
+                at=e.created_at,
+            )
+            for e in entries
+            if e.kind == "retrain"
+        ],
+    )

@@ -1,0 +1,45 @@
+"""Prometheus metrics. The API exposes them at /metrics; a Celery worker on LETHE_WORKER_METRICS_PORT."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 300)
+
+HTTP_REQUESTS = Counter("lethe_http_requests_total", "HTTP requests", ["method", "route", "status"])
+HTTP_LATENCY = Histogram(
+    "lethe_http_request_seconds", "HTTP request latency", ["method", "route"], buckets=_LATENCY_BUCKETS
+)
+DELETIONS_RECEIVED = Counter("lethe_deletions_received_total", "Deletion requests accepted")
+DELETIONS_COMPLETED = Counter("lethe_deletions_completed_total", "Deletion requests completed")
+DELETIONS_FAILED = Counter("lethe_deletions_failed_total", "Deletion requests failed")
+DELETION_LATENCY = Histogram(
+    "lethe_deletion_completion_seconds",
+    "Time from receipt to completion of a deletion",
+    buckets=_LATENCY_BUCKETS,
+)
+UPDATE_BATCH = Histogram(
+    "lethe_update_batch_requests",
+    "Deletion requests coalesced into one version",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
+)
+UPDATE_SECONDS = Histogram(
+    "lethe_update_seconds", "Duration of one deletion update", buckets=_LATENCY_BUCKETS
+)
+TRAININGS = Counter("lethe_trainings_total", "Trainings and retrains finished", ["kind", "outcome"])
+TRAINING_SECONDS = Histogram(
+    "lethe_training_seconds",
+    "Duration of a training or retrain",
+    ["kind"],
+    buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+CALLBACKS = Counter("lethe_callbacks_total", "Callback delivery attempts", ["outcome"])
+HOT_STORE_REBUILDS = Counter("lethe_hot_store_rebuilds_total", "Rebuilds of Redis state from durable stores")
+OUTBOX_PENDING = Gauge("lethe_outbox_pending", "Outbox messages not yet published")
+
+
+def observe_completed(received_at: datetime, completed_at: datetime) -> None:
+    DELETIONS_COMPLETED.inc()
+    DELETION_LATENCY.observe(max((completed_at - received_at).total_seconds(), 0.0))

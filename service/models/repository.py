@@ -1,0 +1,167 @@
+"""SQL for models, their versions, their remaining samples and erased-subject tombstones."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.orm import Session
+
+from service.db.tables import DeletionRequest, ErasedSubject, Model, ModelVersion, Sample
+from service.db.upsert import insert_ignore
+
+_IN_CHUNK = 5000  # bound on the size of one IN (...) list
+
+
+def _chunks(items: Sequence[str], size: int = _IN_CHUNK) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class ModelRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # -- models -------------------------------------------------------------------------------
+
+    def add(self, model: Model) -> Model:
+        self.session.add(model)
+        self.session.flush()
+        return model
+
+    def get(self, model_id: int) -> Model | None:
+        return self.session.get(Model, model_id, populate_existing=True)
+
+    def lock(self, model_id: int) -> Model | None:
+        """The per-model lock: a row lock held until the transaction ends.
+
+        ``FOR NO KEY UPDATE`` (``key_share=True``) rather than plain ``FOR UPDATE``: it serialises
+        the updaters of a model just the same, but does not block the ``FOR KEY SHARE`` lock that
+        inserting a deletion request (a foreign key to the model) takes, so the API keeps accepting
+        requests while a worker holds the model. SQLite has no row locks; there every transaction
+        begins with BEGIN IMMEDIATE, which serialises all writers (service/db/engine.py).
+        """
+        return self.session.execute(
+            select(Model)
+            .where(Model.id == model_id)
+            .with_for_update(key_share=True)
+            .execution_options(populate_existing=True)
+        ).scalar_one_or_none()
+
+    def list(self, *, after_id: int | None, limit: int) -> list[Model]:
+        stmt = select(Model).order_by(Model.id).limit(limit)
+        if after_id is not None:
+            stmt = stmt.where(Model.id > after_id)
+        return list(self.session.scalars(stmt))
+
+    def count(self) -> int:
+        return int(self.session.scalar(select(func.count()).select_from(Model)) or 0)
+
+    def stale_jobs(self, statuses: Sequence[str], before: datetime) -> list[Model]:
+        return list(
+            self.session.scalars(select(Model).where(Model.status.in_(statuses), Model.updated_at < before))
+        )
+
+    # -- versions -----------------------------------------------------------------------------
+
+    def add_version(self, version: ModelVersion) -> ModelVersion:
+        self.session.add(version)
+        self.session.flush()
+        return version
+
+    def version(self, version_id: int) -> ModelVersion | None:
+        return self.session.get(ModelVersion, version_id)
+
+    def version_by_seq(self, model_id: int, seq: int) -> ModelVersion | None:
+        return self.session.scalars(
+            select(ModelVersion).where(ModelVersion.model_id == model_id, ModelVersion.seq == seq)
+        ).first()
+
+    def versions(
+        self, model_id: int, *, after_seq: int | None = None, limit: int = 1000
+    ) -> list[ModelVersion]:
+        stmt = (
+            select(ModelVersion)
+            .where(ModelVersion.model_id == model_id)
+            .order_by(ModelVersion.seq)
+            .limit(limit)
+        )
+        if after_seq is not None:
+            stmt = stmt.where(ModelVersion.seq > after_seq)
+        return list(self.session.scalars(stmt))
+
+    def add_samples(self, model_id: int, sample_ids: Sequence[str], owner_ids: Sequence[str]) -> None:
+        rows = [{"model_id": model_id, "sample_id": s, "owner_id": o} for s, o in zip(sample_ids, owner_ids)]
+        for start in range(0, len(rows), _IN_CHUNK):
+            self.session.execute(insert(Sample), rows[start : start + _IN_CHUNK])
+
+    def owners_of(self, model_id: int, sample_ids: Sequence[str]) -> dict[str, str]:
+        """sample id -> owner id for the samples among ``sample_ids`` still in the training set."""
+        out: dict[str, str] = {}
+        for chunk in _chunks(list(sample_ids)):
+            rows = self.session.execute(
+                select(Sample.sample_id, Sample.owner_id).where(
+                    Sample.model_id == model_id, Sample.sample_id.in_(chunk)
+                )
+            )
+            out.update({r.sample_id: r.owner_id for r in rows})
+        return out
+
+    def samples_of_owners(self, model_id: int, owner_ids: Sequence[str]) -> dict[str, list[str]]:
+        """owner id -> remaining sample ids, for the owners among ``owner_ids`` with any left."""
+        out: dict[str, list[str]] = defaultdict(list)
+        for chunk in _chunks(list(owner_ids)):
+            rows = self.session.execute(
+                select(Sample.owner_id, Sample.sample_id).where(
+                    Sample.model_id == model_id, Sample.owner_id.in_(chunk)
+                )
+            )
+            for r in rows:
+                out[r.owner_id].append(r.sample_id)
+        return dict(out)
+
+    def delete_samples(self, model_id: int, sample_ids: Sequence[str]) -> None:
+        for chunk in _chunks(list(sample_ids)):
+            self.session.execute(
+                delete(Sample).where(Sample.model_id == model_id, Sample.sample_id.in_(chunk))
+            )
+
+    def add_erased(self, rows: list[dict[str, object]]) -> None:
+        for start in range(0, len(rows), _IN_CHUNK):
+            insert_ignore(self.session, ErasedSubject, rows[start : start + _IN_CHUNK])
+
+    def erased_among(self, model_id: int, hashes: Sequence[str]) -> dict[str, int | None]:
+        """subject hash -> the request that erased it, for the hashes among ``hashes`` already erased."""
+        out: dict[str, int | None] = {}
+        for chunk in _chunks(list(hashes)):
+            rows = self.session.execute(
+                select(ErasedSubject.subject_hash, ErasedSubject.request_id).where(
+                    ErasedSubject.model_id == model_id, ErasedSubject.subject_hash.in_(chunk)
+                )
+            )
+            out.update({r.subject_hash: r.request_id for r in rows})
+        return out
+
+    def erased_hashes(self, model_id: int, kind: str, budget_epoch: int | None = None) -> set[str]:
+        stmt = select(ErasedSubject.subject_hash).where(
+            ErasedSubject.model_id == model_id, ErasedSubject.kind == kind
+        )
+        if budget_epoch is not None:
+            stmt = stmt.where(ErasedSubject.budget_epoch == budget_epoch)
+        return set(self.session.scalars(stmt))
+
+    def models_with_requests(
+        self, states: Sequence[str], before: datetime, model_status: str | None
+    ) -> list[int]:
+        """Models (in ``model_status``, if given) with a request in ``states`` untouched since ``before``."""
+        stmt = (
+            select(DeletionRequest.model_id)
+            .join(Model, Model.id == DeletionRequest.model_id)
+            .where(DeletionRequest.state.in_(states), DeletionRequest.updated_at < before)
+            .distinct()
+        )
+        if model_status is not None:
+            stmt = stmt.where(Model.status == model_status)
+        return list(self.session.scalars(stmt))

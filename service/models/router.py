@@ -1,0 +1,161 @@
+"""/v1/models: registration, status, versions, weights, predictions, privacy budget; /v1/methods."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response
+
+from service.deps import ModelId, RuntimeDep
+from service.errors import NotFound
+from service.ledger.schemas import BudgetOut
+from service.ledger.service import budget
+from service.models import service
+from service.models.schemas import (
+    MethodList,
+    ModelIn,
+    ModelList,
+    ModelOut,
+    PredictIn,
+    PredictOut,
+    VersionList,
+    VersionOut,
+)
+from service.schemas import MAX_DB_INT, error_responses
+
+router = APIRouter(tags=["models"])
+
+
+@router.get(
+    "/v1/methods", response_model=MethodList, summary="Unlearning methods and their default hyperparameters"
+)
+def list_methods() -> MethodList:
+    return MethodList(methods=service.list_methods())
+
+
+@router.post(
+    "/v1/models",
+    status_code=202,
+    response_model=ModelOut,
+    summary="Register a model; training runs as a worker job",
+    responses=error_responses(409, 422),
+)
+def register_model(body: ModelIn, rt: RuntimeDep) -> ModelOut:
+    with rt.uow() as uow:
+        model = service.register(uow, rt.cache, body)
+        uow.commit()
+        return service.model_out(uow, model)
+
+
+@router.get("/v1/models", response_model=ModelList, summary="List models")
+def list_models(
+    rt: RuntimeDep,
+    after_id: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> ModelList:
+    with rt.uow() as uow:
+        models = uow.models.list(after_id=after_id, limit=limit)
+        return ModelList(
+            models=[service.model_out(uow, m) for m in models],
+            next_after_id=models[-1].id if len(models) == limit else None,
+        )
+
+
+@router.get(
+    "/v1/models/{model_id}",
+    response_model=ModelOut,
+    summary="Model status and configuration",
+    responses=error_responses(404),
+)
+def get_model(model_id: ModelId, rt: RuntimeDep) -> ModelOut:
+    with rt.uow() as uow:
+        return service.model_out(uow, service.get_model(uow, model_id))
+
+
+@router.get(
+    "/v1/models/{model_id}/versions",
+    response_model=VersionList,
+    summary="Version lineage",
+    responses=error_responses(404),
+)
+def list_versions(
+    model_id: ModelId,
+    rt: RuntimeDep,
+    after_seq: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+) -> VersionList:
+    with rt.uow() as uow:
+        service.get_model(uow, model_id)
+        versions = uow.models.versions(model_id, after_seq=after_seq, limit=limit)
+        parents = {v.id: v.seq for v in uow.models.versions(model_id, limit=1_000_000)} if after_seq else {}
+    out = service.versions_out(versions)
+    if parents:  # a page that starts mid-chain still names each version's parent
+        for v_out, v in zip(out, versions):
+            v_out.parent_seq = parents.get(v.parent_id) if v.parent_id else None
+    return VersionList(model_id=model_id, versions=out)
+
+
+@router.get(
+    "/v1/models/{model_id}/versions/{seq}",
+    response_model=VersionOut,
+    summary="One version and its certificate",
+    responses=error_responses(404),
+)
+def get_version(
+    model_id: ModelId, seq: Annotated[int, Path(ge=1, le=MAX_DB_INT)], rt: RuntimeDep
+) -> VersionOut:
+    with rt.uow() as uow:
+        service.get_model(uow, model_id)
+        version = uow.models.version_by_seq(model_id, seq)
+        if version is None:
+            raise NotFound(f"model {model_id} has no version {seq}")
+        parent = uow.models.version(version.parent_id) if version.parent_id else None
+        return service.version_out(version, parent.seq if parent else None)
+
+
+@router.get(
+    "/v1/models/{model_id}/weights",
+    summary="Download the current version's weights (safetensors)",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "safetensors file"},
+        **error_responses(404, 409),
+    },
+)
+def download_weights(model_id: ModelId, rt: RuntimeDep) -> Response:
+    with rt.uow() as uow:
+        model = service.get_model(uow, model_id)
+        version, blob = service.current_weights(uow, rt.artifacts, model)
+    return Response(
+        content=blob,
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": f'attachment; filename="model-{model_id}-v{version.seq}.safetensors"',
+            "X-Model-Version": str(version.seq),
+            "ETag": f'"{version.released_sha256}"',
+        },
+    )
+
+
+@router.post(
+    "/v1/models/{model_id}/predictions",
+    response_model=PredictOut,
+    summary="Predict with the served version",
+    responses=error_responses(404, 409, 422),
+)
+def predict(model_id: ModelId, body: PredictIn, rt: RuntimeDep) -> PredictOut:
+    with rt.uow() as uow:
+        model = service.get_model(uow, model_id)
+        served = service.serving(uow, rt.hot, rt.cache, model)
+    return service.predict(served, model_id, body)
+
+
+@router.get(
+    "/v1/models/{model_id}/budget",
+    response_model=BudgetOut,
+    summary="Privacy budget and ledger",
+    responses=error_responses(404),
+)
+def get_budget(model_id: ModelId, rt: RuntimeDep) -> BudgetOut:
+    with rt.uow() as uow:
+        return budget(uow, service.get_model(uow, model_id))

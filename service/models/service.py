@@ -1,0 +1,288 @@
+"""Registering models; reading their status, versions and weights; predictions from the served version."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from typing import Any
+
+import torch
+
+from service.audit.service import model_chain
+from service.db.tables import Model, ModelVersion
+from service.db.uow import UnitOfWork
+from service.errors import Conflict, NotFound, Unprocessable, from_unlearning_error
+from service.jobs.state import BlobCache
+from service.jobs.versions import model_holder
+from service.models.schemas import (
+    BudgetPolicyIn,
+    MethodOut,
+    ModelIn,
+    ModelOut,
+    PredictIn,
+    Prediction,
+    PredictOut,
+    PrivacyIn,
+    StatusOut,
+    VersionOut,
+)
+from service.storage.artifacts import ArtifactStore, BlobNotFound
+from service.storage.buckets import digests
+from service.storage.hot import HotStore, ServingWeights
+from unlearning.errors import UnlearningError
+from unlearning.methods.protocol import BudgetPolicy, PrivacyTarget
+from unlearning.methods.registry import get_method, method_names
+from unlearning.models import ModelSpec, build_model
+
+
+def list_methods() -> list[MethodOut]:
+    out = []
+    for name in method_names():
+        method = get_method(name)
+        out.append(
+            MethodOut(
+                name=name,
+                request_kinds=sorted(method.request_kinds),
+                needs_training_data=method.needs_training_data,
+                default_hyperparameters=method.default_config(),
+            )
+        )
+    return out
+
+
+def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
+    """Validate everything that can be checked now, insert the model and queue its training.
+
+    A bad hyperparameter, privacy target or family/shape combination is a 422 here rather than a
+    failed training later.
+    """
+    try:
+        method = get_method(body.method)
+    except UnlearningError as exc:
+        raise from_unlearning_error(exc) from exc
+    defaults = method.default_config()
+    unknown = sorted(set(body.hyperparameters) - set(defaults) - {"family"})
+    if unknown:
+        raise Unprocessable(
+            f"unknown hyperparameter(s) {unknown} for method {body.method!r}; it takes {sorted(defaults)}",
+            code="invalid_config",
+        )
+    _check_types(defaults, body.hyperparameters)
+    config = {**defaults, **body.hyperparameters, "family": body.family}
+    try:
+        PrivacyTarget(body.privacy.epsilon, body.privacy.delta, body.release_mode)
+        BudgetPolicy(**body.budget_policy.model_dump())
+    except UnlearningError as exc:
+        raise from_unlearning_error(exc) from exc
+    dataset = uow.datasets.lock(body.dataset_id)  # locked: an erasure cannot swap its arrays under us
+    if dataset is None:
+        raise Unprocessable(
+            f"dataset {body.dataset_id} does not exist: upload one with POST /v1/datasets first",
+            code="unknown_dataset",
+        )
+    if dataset.arrays is None:
+        raise Unprocessable(
+            f"dataset {body.dataset_id} has no rows left (every subject was erased)", code="empty_dataset"
+        )
+    spec = _check_architecture(body.family, dataset.feature_shape, dataset.num_classes)
+    model = uow.models.add(
+        Model(
+            name=body.name,
+            dataset_id=dataset.id,
+            method=body.method,
+            family=body.family,
+            config=config,
+            epsilon=body.privacy.epsilon,
+            delta=body.privacy.delta,
+            release_mode=body.release_mode,
+            policy=body.budget_policy.model_dump(),
+            seed=body.seed,
+            spec=spec.to_dict(),
+            status="queued",
+            phase="queued",
+            progress=0.0,
+            budget_epoch=0,
+            train_size=dataset.num_rows,
+            training=dataset.arrays,
+        )
+    )
+    data = cache.dataset(dataset.arrays)
+    uow.models.add_samples(model.id, data.sample_ids, data.owner_ids)
+    uow.refs.hold(model_holder(model.id), digests(dataset.arrays))
+    uow.audit.append(
+        model_chain(model.id),
+        "model.registered",
+        model_id=model.id,
+        payload={
+            "dataset_id": dataset.id,
+            "method": body.method,
+            "family": body.family,
+            "release_mode": body.release_mode,
+            "epsilon": body.privacy.epsilon,
+            "delta": body.privacy.delta,
+            "policy": body.budget_policy.model_dump(),
+            "train_size": dataset.num_rows,
+        },
+    )
+    uow.outbox.add("train_model", {"model_id": model.id}, dedupe_key=f"train:{model.id}")
+    return model
+
+
+def _check_types(defaults: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Each override has the JSON type of its default (an int where a float is expected is fine; null
+    is left to the method). Ranges are the method's to check; it does so when it trains."""
+    for name, value in overrides.items():
+        default = defaults.get(name)
+        if value is None or default is None or name == "family":
+            continue
+        expected: tuple[type, ...] = (int, float) if isinstance(default, float) else (type(default),)
+        if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, expected):
+            raise Unprocessable(
+                f"hyperparameter {name!r} must be a {type(default).__name__} like its default {default!r}, "
+                f"got {value!r}",
+                code="invalid_config",
+            )
+
+
+def _check_architecture(family: str, feature_shape: list[int], num_classes: int) -> ModelSpec:
+    """The declared architecture: convolutional families take the feature shape as is (so an image
+    family on tabular data is a 422 now), the others the flattened features."""
+    shape = tuple(feature_shape) if family == "cnn" else (math.prod(feature_shape),)
+    spec = ModelSpec(family=family, input_shape=shape, num_classes=num_classes)
+    try:
+        build_model(spec)
+    except UnlearningError as exc:
+        raise from_unlearning_error(exc) from exc
+    return spec
+
+
+def get_model(uow: UnitOfWork, model_id: int) -> Model:
+    model = uow.models.get(model_id)
+    if model is None:
+        raise NotFound(f"model {model_id} does not exist")
+    return model
+
+
+def model_out(uow: UnitOfWork, model: Model) -> ModelOut:
+    version = uow.models.version(model.current_version_id) if model.current_version_id else None
+    return ModelOut(
+        id=model.id,
+        name=model.name,
+        dataset_id=model.dataset_id,
+        method=model.method,
+        family=model.family,
+        hyperparameters=model.config,
+        privacy=PrivacyIn(epsilon=model.epsilon, delta=model.delta),
+        release_mode=model.release_mode,
+        budget_policy=BudgetPolicyIn(**model.policy),
+        seed=model.seed,
+        status=StatusOut(
+            state=model.status,  # type: ignore[arg-type]
+            phase=model.phase,
+            percent=round(100.0 * model.progress, 2),
+            eta_seconds=model.eta_seconds,
+            error=model.error,
+            started_at=model.started_at,
+            finished_at=model.finished_at,
+        ),
+        current_version=version.seq if version else None,
+        budget_epoch=model.budget_epoch,
+        train_size=model.train_size,
+        created_at=model.created_at,
+    )
+
+
+def version_out(version: ModelVersion, parent_seq: int | None) -> VersionOut:
+    return VersionOut(
+        seq=version.seq,
+        kind=version.kind,  # type: ignore[arg-type]
+        parent_seq=parent_seq,
+        budget_epoch=version.budget_epoch,
+        num_forgotten=version.num_forgotten,
+        request_count=version.request_count,
+        train_size=version.train_size,
+        weights_sha256=version.released_sha256,
+        weights_available=version.released_blob is not None,
+        certificate=version.certificate,
+        created_at=version.created_at,
+    )
+
+
+def versions_out(versions: list[ModelVersion]) -> list[VersionOut]:
+    seq_of = {v.id: v.seq for v in versions}
+    return [version_out(v, seq_of.get(v.parent_id) if v.parent_id else None) for v in versions]
+
+
+def current_version(uow: UnitOfWork, model: Model) -> ModelVersion:
+    if model.current_version_id is None:
+        raise Conflict(
+            f"model {model.id} has no version yet (status {model.status}, {round(100 * model.progress)}% of "
+            f"{model.phase}); try again when its status is ready",
+            code="not_ready",
+        )
+    version = uow.models.version(model.current_version_id)
+    assert version is not None
+    return version
+
+
+def current_weights(uow: UnitOfWork, artifacts: ArtifactStore, model: Model) -> tuple[ModelVersion, bytes]:
+    version = current_version(uow, model)
+    if version.released_blob is None:
+        raise Conflict(f"the weights of version {version.seq} were superseded; retry", code="superseded")
+    try:
+        return version, artifacts.get(version.released_blob)
+    except BlobNotFound:
+        raise Conflict(
+            f"the weights of version {version.seq} were superseded; retry", code="superseded"
+        ) from None
+
+
+def serving(uow: UnitOfWork, hot: HotStore, cache: BlobCache, model: Model) -> ServingWeights:
+    """The served weights from Redis, republished from the durable stores if Redis lost them."""
+    current = hot.get_serving(model.id)
+    if current is not None:
+        return current
+    version = current_version(uow, model)
+    if version.released_blob is None:
+        raise Conflict(f"model {model.id} is switching versions; retry", code="superseded")
+    weights = cache.weights(version.released_blob)
+    hot.set_serving(model.id, version.id, version.seq, version.spec, weights)
+    return ServingWeights(seq=version.seq, version_id=version.id, spec=version.spec, weights=weights)
+
+
+@functools.lru_cache(maxsize=64)
+def _flat_model(spec_json: str) -> Any:
+    return build_model(ModelSpec.from_dict(json.loads(spec_json)))
+
+
+def predict(served: ServingWeights, model_id: int, body: PredictIn) -> PredictOut:
+    spec = ModelSpec.from_dict(served.spec)
+    width = math.prod(spec.input_shape)
+    for i, row in enumerate(body.instances):
+        if len(row) != width:
+            raise Unprocessable(
+                f"instance {i} has {len(row)} features; model {model_id} takes {width} "
+                f"(input shape {list(spec.input_shape)}, flattened row-major)",
+                code="dimension_mismatch",
+            )
+    flat = _flat_model(json.dumps(served.spec, sort_keys=True))
+    x = torch.tensor(body.instances, dtype=served.weights.dtype).reshape(
+        len(body.instances), *spec.input_shape
+    )
+    with torch.no_grad():
+        probabilities = torch.softmax(flat.logits(served.weights, x), dim=1)
+    if not torch.isfinite(probabilities).all():
+        raise Unprocessable(
+            "the features are too large for the model's arithmetic (the scores overflowed): send values of "
+            "the scale the model was trained on",
+            code="overflow",
+        )
+    return PredictOut(
+        model_id=model_id,
+        version=served.seq,
+        predictions=[
+            Prediction(label=int(p.argmax()), probabilities=[round(float(v), 7) for v in p])
+            for p in probabilities
+        ],
+    )

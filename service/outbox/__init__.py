@@ -1,0 +1,1 @@
+"""Transactional outbox: work is written with the data and handed to the queue after commit."""

@@ -1,0 +1,120 @@
+"""Moves committed outbox messages to the task queue, and periodically repairs lost work.
+
+Runs as a daemon thread in every API and worker process. A commit that wrote outbox messages calls
+:meth:`Dispatcher.kick`, so work is published within milliseconds; the periodic pass catches
+everything else (a crash between commit and publish, a broker that lost its queue when Redis was
+flushed). Messages are published at least once; every job is idempotent.
+
+Most messages never wait for this thread: the unit of work that commits them publishes them at once
+(:meth:`Dispatcher.publish`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from service.db.base import utcnow
+from service.outbox.repository import Message
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+_BATCH = 200
+
+
+class Dispatcher:
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_sweep = 0.0
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    def publish(self, messages: list[Message]) -> None:
+        """Publish just-committed messages now, then mark them dispatched.
+
+        Called in the committing thread: a deletion's update job is on the broker before the API answers.
+        The rows are locked (SKIP LOCKED) while they are sent, so the periodic pass never sends them a
+        second time. If the broker is down they stay pending and the periodic pass publishes them later.
+        """
+        with self._rt.uow() as uow:
+            uow.bookkeeping()
+            sent = []
+            for message in uow.outbox.claim(m.id for m in messages):
+                try:
+                    self._rt.queue.send(message.task, dict(message.payload))
+                except Exception:
+                    log.warning(
+                        "could not publish %s; the dispatcher will retry", message.task, exc_info=True
+                    )
+                    self.kick()
+                    break
+                sent.append(message.id)
+            uow.outbox.mark_dispatched(sent, utcnow())
+            uow.commit()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="lethe-dispatcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def dispatch_due(self) -> int:
+        """Publish due messages; returns how many were published."""
+        sent: list[int] = []
+        with self._rt.uow() as uow:
+            now = utcnow()
+            for message in uow.outbox.claim_due(now, _BATCH):
+                try:
+                    self._rt.queue.send(message.task, dict(message.payload))
+                except Exception:
+                    log.warning("could not publish %s; will retry", message.task, exc_info=True)
+                    break
+                sent.append(message.id)
+            uow.outbox.mark_dispatched(sent, now)
+            uow.commit()
+        return len(sent)
+
+    def sweep(self) -> None:
+        """The periodic repairs: re-queue stalled work, purge expired keys and old outbox rows."""
+        from service.jobs.reconcile import reconcile
+
+        reconcile(self._rt)
+        with self._rt.uow() as uow:
+            now = utcnow()
+            uow.idempotency.purge_expired(now)
+            uow.outbox.purge_dispatched(now - timedelta(days=1))
+            uow.commit()
+
+    def _loop(self) -> None:
+        interval = self._rt.settings.dispatcher_interval_seconds
+        while not self._stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                while self.dispatch_due() == _BATCH:
+                    pass
+                if time.monotonic() - self._last_sweep >= self._rt.settings.reconcile_after_seconds:
+                    self._last_sweep = time.monotonic()
+                    self.sweep()
+            except Exception:
+                log.warning("dispatcher pass failed", exc_info=True)

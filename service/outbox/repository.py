@@ -1,0 +1,102 @@
+"""SQL for the outbox."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from service.db.base import utcnow
+from service.db.tables import OutboxMessage
+from service.db.upsert import insert_ignore
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    task: str
+    payload: dict[str, Any]
+
+
+class OutboxRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.added: list[Message] = []  # due now: published right after the commit (service.db.uow)
+
+    def add(
+        self,
+        task: str,
+        payload: dict[str, Any],
+        *,
+        dedupe_key: str | None = None,
+        available_at: datetime | None = None,
+    ) -> None:
+        """Queue ``task`` once this transaction commits.
+
+        With a ``dedupe_key``, a second message is dropped while one with the same key still waits:
+        fifty deletions on one model in quick succession cause one update job, not fifty.
+        """
+        now = utcnow()
+        ids = insert_ignore(
+            self.session,
+            OutboxMessage,
+            {
+                "task": task,
+                "payload": payload,
+                "dedupe_key": dedupe_key,
+                "available_at": available_at or now,
+                "created_at": now,
+            },
+            returning=OutboxMessage.id,
+        )
+        if ids and (available_at is None or available_at <= now):
+            self.added.append(Message(ids[0], task, payload))
+
+    def claim_due(self, now: datetime, limit: int) -> list[OutboxMessage]:
+        # SKIP LOCKED lets several dispatchers (API and worker processes) share the outbox without
+        # sending a message twice; SQLite ignores it (one process, one writer).
+        stmt = (
+            select(OutboxMessage)
+            .where(OutboxMessage.dispatched_at.is_(None), OutboxMessage.available_at <= now)
+            .order_by(OutboxMessage.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return list(self.session.scalars(stmt))
+
+    def claim(self, ids: Iterable[int]) -> list[OutboxMessage]:
+        """The undispatched messages among ``ids``, locked; those another dispatcher holds are skipped."""
+        stmt = (
+            select(OutboxMessage)
+            .where(OutboxMessage.id.in_(list(ids)), OutboxMessage.dispatched_at.is_(None))
+            .order_by(OutboxMessage.id)
+            .with_for_update(skip_locked=True)
+        )
+        return list(self.session.scalars(stmt))
+
+    def mark_dispatched(self, ids: list[int], at: datetime) -> None:
+        if ids:
+            self.session.execute(
+                update(OutboxMessage)
+                .where(OutboxMessage.id.in_(ids), OutboxMessage.dispatched_at.is_(None))
+                .values(dispatched_at=at)
+            )
+
+    def pending_count(self) -> int:
+        return int(
+            self.session.scalar(
+                select(func.count()).select_from(OutboxMessage).where(OutboxMessage.dispatched_at.is_(None))
+            )
+            or 0
+        )
+
+    def purge_dispatched(self, before: datetime) -> None:
+        self.session.execute(
+            delete(OutboxMessage).where(
+                OutboxMessage.dispatched_at.is_not(None), OutboxMessage.dispatched_at < before
+            )
+        )

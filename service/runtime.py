@@ -1,0 +1,80 @@
+"""The composition root: every long-lived object of one process, built from the settings.
+
+The API process and each worker process build one ``Runtime``; jobs and routers receive it (or the
+pieces they need) explicitly, so there are no module-level globals to patch in tests.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from service.db.engine import make_engine, make_sessionmaker
+from service.db.uow import UnitOfWork
+from service.jobs.state import BlobCache
+from service.outbox.dispatcher import Dispatcher
+from service.queue import CeleryQueue, InProcessQueue, TaskQueue
+from service.settings import Settings
+from service.storage.artifacts import LocalArtifactStore
+from service.storage.hot import HotStore, connect
+from service.subjects import SubjectHasher
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    def __init__(self, settings: Settings, *, role: str = "api") -> None:
+        self.settings = settings
+        self.role = role
+        self.engine = make_engine(settings.effective_database_url)
+        self.sessions = make_sessionmaker(self.engine)
+        self.artifacts = LocalArtifactStore(settings.effective_artifact_dir)
+        self.hot = HotStore(connect(settings.redis_url), settings.redis_prefix)
+        self.hasher = SubjectHasher(settings.effective_subject_hash_key)
+        self.cache = BlobCache(self.artifacts)
+        self.queue: TaskQueue = self._make_queue()
+        self.dispatcher = Dispatcher(self)
+        self._started = False
+
+    def _make_queue(self) -> TaskQueue:
+        if self.settings.effective_worker == "celery":
+            broker = self.settings.effective_broker_url
+            if broker is None:
+                raise ValueError("the celery worker needs LETHE_BROKER_URL or LETHE_REDIS_URL")
+            return CeleryQueue(broker, self.settings.celery_queue)
+        return InProcessQueue(self.run_job)
+
+    def uow(self) -> UnitOfWork:
+        return UnitOfWork(self.sessions, publish=self.dispatcher.publish)
+
+    def run_job(self, task: str, payload: dict[str, Any]) -> None:
+        from service.jobs.registry import run
+
+        run(self, task, payload)
+
+    def migrate(self) -> None:
+        from service.db.migrate import upgrade
+
+        upgrade(self.engine)
+
+    def start(self) -> None:
+        """Start the background machinery of this process (idempotent)."""
+        if self._started:
+            return
+        self._started = True
+        if self.settings.auto_migrate and self.role == "api":
+            self.migrate()
+        if self.settings.torch_threads:
+            import torch  # here, not at import: a Celery parent must not set up torch before forking
+
+            torch.set_num_threads(self.settings.torch_threads)
+        self.queue.start()
+        self.dispatcher.start()
+
+    def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        self.dispatcher.stop()
+        self.queue.stop()
+        self.engine.dispose()

@@ -1,0 +1,48 @@
+"""Pydantic types shared by several routers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from service.db.tables import ID_LENGTH
+
+MAX_DB_INT = 2**31 - 1  # ids are 32-bit integers in the database: larger path values are simply unknown
+
+# Printable text without control characters (Postgres refuses NUL in text; ids are user-visible keys).
+SubjectId = Annotated[
+    str, StringConstraints(min_length=1, max_length=ID_LENGTH, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
+class Strict(BaseModel):
+    """Request bodies: unknown fields are an error (a typo must not be silently ignored), and JSON types
+    are taken as they are (no "5" for 5: a client sending a string where a number belongs has a bug)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Machine-readable error code, e.g. 'not_found', 'validation_error'")
+    message: str = Field(description="What went wrong and what to change")
+    details: Any | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the error statuses a route can answer."""
+    text = {
+        400: "Malformed request",
+        404: "Not found",
+        409: "Conflicts with the current state",
+        413: "Too large",
+        415: "Unsupported media type",
+        422: "Invalid input",
+        503: "Not ready",
+    }
+    return {code: {"model": ErrorBody, "description": text.get(code, "Error")} for code in codes}

@@ -1,0 +1,121 @@
+"""Configuration from environment variables (prefix ``LETHE_``), with embedded-mode defaults.
+
+With no variable set, the service runs *embedded*: a SQLite file and an artifact directory under
+``./var``, an in-process Redis stand-in (fakeredis) and an in-process worker thread. Production mode
+(``LETHE_MODE=production``) requires a database URL and a Redis URL and hands work to Celery workers.
+Every field below is documented in ``docs/service.md`` (configuration table); keep the two in step.
+"""
+
+from __future__ import annotations
+
+import secrets
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """All knobs of the service; read once at start-up and passed around explicitly."""
+
+    model_config = SettingsConfigDict(env_prefix="LETHE_", extra="ignore")
+
+    mode: Literal["embedded", "production"] = "embedded"
+    var_dir: Path = Path("var")
+    database_url: str | None = None
+    redis_url: str | None = None
+    broker_url: str | None = None
+    artifact_dir: Path | None = None
+    worker: Literal["inprocess", "celery"] | None = None
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    log_level: str = "info"
+    auto_migrate: bool = True
+    demo_model: bool | None = None
+
+    subject_hash_key: str | None = None
+    redis_prefix: str = "lethe"
+    celery_queue: str = "lethe"
+
+    max_upload_bytes: int = Field(200 * 1024 * 1024, ge=1024)
+    max_decompressed_bytes: int = Field(2 * 1024**3, ge=1024)
+    deletion_sla_seconds: float = Field(60.0, gt=0)
+    max_batch: int = Field(10_000, ge=1)
+    max_buckets: int = Field(512, ge=1, le=65_536)
+    idempotency_ttl_hours: float = Field(24.0, gt=0)
+
+    dispatcher_interval_seconds: float = Field(0.5, gt=0)
+    reconcile_after_seconds: float = Field(5.0, gt=0)
+    stale_job_seconds: float = Field(300.0, gt=0)
+    callback_max_attempts: int = Field(5, ge=1, le=50)
+    callback_timeout_seconds: float = Field(5.0, gt=0)
+    callback_backoff_seconds: float = Field(1.0, ge=0)
+
+    worker_metrics_port: int | None = Field(None, ge=1, le=65535)
+    torch_threads: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _production_needs_servers(self) -> Settings:
+        if self.mode == "production":
+            missing = [
+                name
+                for name, value in (
+                    ("LETHE_DATABASE_URL", self.database_url),
+                    ("LETHE_REDIS_URL", self.redis_url),
+                    # every API and worker process must hash subjects with the same key
+                    ("LETHE_SUBJECT_HASH_KEY", self.subject_hash_key),
+                )
+                if not value
+            ]
+            if missing:
+                raise ValueError(
+                    f"production mode needs {', '.join(missing)}: set them or use LETHE_MODE=embedded"
+                )
+        return self
+
+    # -- derived values: one place decides every default --------------------------------------
+
+    @cached_property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.var_dir / 'lethe.db').as_posix()}"
+
+    @cached_property
+    def effective_artifact_dir(self) -> Path:
+        return self.artifact_dir or self.var_dir / "artifacts"
+
+    @cached_property
+    def effective_worker(self) -> str:
+        return self.worker or ("inprocess" if self.mode == "embedded" else "celery")
+
+    @cached_property
+    def effective_broker_url(self) -> str | None:
+        return self.broker_url or self.redis_url
+
+    @cached_property
+    def effective_demo_model(self) -> bool:
+        return self.demo_model if self.demo_model is not None else self.mode == "embedded"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.effective_database_url.startswith("sqlite")
+
+    @cached_property
+    def effective_subject_hash_key(self) -> bytes:
+        """The HMAC key for subject hashes; generated once into ``var_dir`` when not configured.
+
+        The key must stay the same for the life of the data (subject queries hash the id again), so a
+        generated key is written to a file and reused, never regenerated per start.
+        """
+        if self.subject_hash_key:
+            return self.subject_hash_key.encode()
+        path = self.var_dir / "subject_hash.key"
+        if path.exists():
+            return path.read_bytes().strip()
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_hex(32).encode()
+        path.write_bytes(key)
+        path.chmod(0o600)
+        return key

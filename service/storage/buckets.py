@@ -1,0 +1,147 @@
+"""Per-sample arrays stored as content-addressed buckets, split by a hash of the owner id.
+
+The training arrays of a model (features, labels) and its per-sample statistics (one vector per
+sample) are stored this way. Erasing a subject rewrites only the bucket(s) their owner hashes to, so a
+deletion costs a small blob write instead of rewriting every row, and the old bucket blob, the only one
+that held the subject's rows, is deleted. Each bucket is one safetensors blob: the arrays (row i of each
+belongs to ``sample_ids[i]``) plus the sample and owner ids in the metadata.
+
+A manifest (JSON, stored in the owning row) names the buckets: ``{"num_buckets": B, "buckets":
+{"3": digest, ...}, ...}`` with any extra keys the owner keeps there (dimension, dtype, class count).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load as np_load
+from safetensors.numpy import save as np_save
+
+from service.storage.artifacts import ArtifactStore
+from service.storage.tensors import read_metadata
+
+
+@dataclass(frozen=True)
+class Bucket:
+    sample_ids: list[str]
+    owner_ids: list[str]
+    arrays: dict[str, np.ndarray]
+
+
+def bucket_count(rows: int, most: int) -> int:
+    """About two rows per bucket, at most ``most`` buckets: erasing a few owners rewrites a few small
+    blobs, and a burst that touches every bucket rewrites each one once."""
+    return max(1, min(most, rows // 2))
+
+
+def bucket_of(owner_id: str, num_buckets: int) -> int:
+    return int.from_bytes(hashlib.blake2b(owner_id.encode(), digest_size=4).digest(), "big") % num_buckets
+
+
+def encode_bucket(bucket: Bucket) -> bytes:
+    return np_save(
+        {k: np.ascontiguousarray(v) for k, v in bucket.arrays.items()},
+        metadata={"sample_ids": json.dumps(bucket.sample_ids), "owner_ids": json.dumps(bucket.owner_ids)},
+    )
+
+
+def decode_bucket(blob: bytes) -> Bucket:
+    meta = read_metadata(blob)
+    return Bucket(json.loads(meta["sample_ids"]), json.loads(meta["owner_ids"]), dict(np_load(blob)))
+
+
+def write_buckets(
+    artifacts: ArtifactStore,
+    sample_ids: Sequence[str],
+    owner_ids: Sequence[str],
+    arrays: Mapping[str, np.ndarray],
+    num_buckets: int,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Split the rows by owner bucket and write each bucket; returns the manifest."""
+    rows: dict[int, list[int]] = defaultdict(list)
+    for i, owner in enumerate(owner_ids):
+        rows[bucket_of(owner, num_buckets)].append(i)
+    buckets: dict[str, str] = {}
+    for b, idx in sorted(rows.items()):
+        index = np.asarray(idx, dtype=np.int64)
+        buckets[str(b)] = artifacts.put(
+            encode_bucket(
+                Bucket(
+                    [sample_ids[i] for i in idx],
+                    [owner_ids[i] for i in idx],
+                    {k: v[index] for k, v in arrays.items()},
+                )
+            )
+        )
+    return {**extra, "num_buckets": num_buckets, "buckets": buckets}
+
+
+def drop_rows(
+    artifacts: ArtifactStore,
+    read: Callable[[str], Bucket],
+    manifest: Mapping[str, Any],
+    removed: Mapping[str, str],
+    remember: Callable[[str, Bucket], None] | None = None,
+) -> tuple[dict[str, Any], set[str]]:
+    """Remove the ``removed`` samples (sample id -> owner id) from their buckets.
+
+    Returns the new manifest and the digests it no longer names (only the rewritten buckets').
+    ``remember(digest, bucket)`` is told about each bucket written (a cache: the next update that
+    touches the bucket then needs no read).
+    """
+    affected: dict[str, set[str]] = defaultdict(set)
+    for sid, owner in removed.items():
+        affected[str(bucket_of(owner, int(manifest["num_buckets"])))].add(sid)
+    buckets = dict(manifest["buckets"])
+    for b, gone in affected.items():
+        old = buckets.get(b)
+        if old is None:
+            continue
+        bucket = read(old)
+        keep = [i for i, sid in enumerate(bucket.sample_ids) if sid not in gone]
+        if len(keep) == len(bucket.sample_ids):
+            continue
+        if keep:
+            index = np.asarray(keep, dtype=np.int64)
+            kept = Bucket(
+                [bucket.sample_ids[i] for i in keep],
+                [bucket.owner_ids[i] for i in keep],
+                {k: v[index] for k, v in bucket.arrays.items()},
+            )
+            buckets[b] = artifacts.put(encode_bucket(kept))
+            if remember is not None:
+                remember(buckets[b], kept)
+        else:
+            del buckets[b]
+    dropped = set(manifest["buckets"].values()) - set(buckets.values())
+    return {**manifest, "buckets": buckets}, dropped
+
+
+def read_rows(read: Callable[[str], Bucket], manifest: Mapping[str, Any]) -> Bucket:
+    """Every row of every bucket (bucket order), as one Bucket."""
+    ids: list[str] = []
+    owners: list[str] = []
+    parts: dict[str, list[np.ndarray]] = defaultdict(list)
+    for _, digest in sorted(manifest["buckets"].items(), key=lambda kv: int(kv[0])):
+        bucket = read(digest)
+        ids += bucket.sample_ids
+        owners += bucket.owner_ids
+        for k, v in bucket.arrays.items():
+            parts[k].append(v)
+    return Bucket(ids, owners, {k: np.concatenate(v) for k, v in parts.items()})
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """One digest for a whole manifest: what an audit record names."""
+    return hashlib.sha256(json.dumps(manifest["buckets"], sort_keys=True).encode()).hexdigest()
+
+
+def digests(manifest: Mapping[str, Any] | None) -> set[str]:
+    return set(manifest["buckets"].values()) if manifest else set()

@@ -1,0 +1,186 @@
+"""The Redis hot store: each model's serving pointer and weights, and the per-sample statistics.
+
+Nothing here is the system of record. Every key can be rebuilt from Postgres and the artifact store
+(:mod:`service.jobs.state` does it), so a flushed Redis costs one rebuild and loses nothing.
+
+Keys, all under ``{prefix}:m:{model_id}:``:
+- ``serving``      hash: seq, version_id, dtype, spec, weights (raw little-endian bytes)
+- ``stats:meta``   hash: seq (the version whose statistics are loaded), dim, dtype
+- ``stats:vec``    hash: sample id -> vector bytes
+- ``stats:owner``  hash: sample id -> owner id
+- ``stats:osum``   hash: owner id -> sum of the owner's remaining vectors (bytes)
+- ``stats:omem``   hash: owner id -> JSON list of the owner's remaining sample ids
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import redis
+import torch
+
+_CHUNK = 512  # fields per HSET when loading statistics: bounds the size of one Redis command
+
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    for name, value in TORCH_DTYPES.items():
+        if value == dtype:
+            return name
+    raise ValueError(f"unsupported tensor dtype {dtype}")
+
+
+def to_bytes(t: torch.Tensor) -> bytes:
+    return t.detach().contiguous().cpu().numpy().tobytes()
+
+
+def from_bytes(data: bytes, dtype: str) -> torch.Tensor:
+    # np.frombuffer shares the (immutable) bytes; copy so torch gets a writable tensor.
+    return torch.from_numpy(np.frombuffer(data, dtype=np.dtype(dtype)).copy())
+
+
+def connect(url: str | None) -> redis.Redis:
+    """A client for ``url``; ``None`` (embedded mode) gives an in-process fakeredis server."""
+    if url is None:
+        import fakeredis
+
+        return fakeredis.FakeRedis()
+    return redis.Redis.from_url(url)
+
+
+@dataclass(frozen=True)
+class ServingWeights:
+    seq: int
+    version_id: int
+    spec: dict[str, Any]
+    weights: torch.Tensor
+
+
+class HotStore:
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def key(self, model_id: int, name: str) -> str:
+        return f"{self.prefix}:m:{model_id}:{name}"
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except redis.RedisError:
+            return False
+
+    # -- serving pointer and weights ----------------------------------------------------------
+
+    def set_serving(
+        self, model_id: int, version_id: int, seq: int, spec: dict[str, Any], weights: torch.Tensor
+    ) -> bool:
+        """Point the model at version ``seq`` unless a newer version is already served.
+
+        A compare-and-set (WATCH/MULTI): a slow writer rebuilding an older version after a flush can
+        never move the pointer back past a version that excludes an erased subject.
+        """
+        key = self.key(model_id, "serving")
+        mapping = {
+            "seq": seq,
+            "version_id": version_id,
+            "dtype": dtype_name(weights.dtype),
+            "spec": json.dumps(spec),
+            "weights": to_bytes(weights),
+        }
+        with self.client.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    current = pipe.hget(key, "seq")
+                    if current is not None and int(current) >= seq:
+                        pipe.unwatch()
+                        return int(current) == seq
+                    pipe.multi()
+                    pipe.delete(key)
+                    pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+                    pipe.execute()
+                    return True
+                except redis.WatchError:
+                    continue
+
+    def get_serving(self, model_id: int) -> ServingWeights | None:
+        raw = self.client.hgetall(self.key(model_id, "serving"))
+        if not raw or b"weights" not in raw:
+            return None
+        return ServingWeights(
+            seq=int(raw[b"seq"]),
+            version_id=int(raw[b"version_id"]),
+            spec=json.loads(raw[b"spec"]),
+            weights=from_bytes(raw[b"weights"], raw[b"dtype"].decode()),
+        )
+
+    def claim_update(self, model_id: int, ttl_seconds: int = 30) -> bool:
+        """True for the first caller since the model's update job last started: only that caller
+        publishes a job; the others' requests are read by the job already on its way."""
+        try:
+            return bool(self.client.set(self.key(model_id, "update-pending"), 1, nx=True, ex=ttl_seconds))
+        except redis.RedisError:
+            return True  # cannot tell: publish (a redundant job is harmless)
+
+    def release_update(self, model_id: int) -> None:
+        """Called by the update job before it reads the queue: later requests publish a new job."""
+        self.client.delete(self.key(model_id, "update-pending"))
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    def stats_meta(self, model_id: int) -> dict[str, str] | None:
+        raw = self.client.hgetall(self.key(model_id, "stats:meta"))
+        return {k.decode(): v.decode() for k, v in raw.items()} if raw else None
+
+    def clear_stats(self, model_id: int) -> None:
+        self.client.delete(
+            *(self.key(model_id, f"stats:{n}") for n in ("meta", "vec", "owner", "osum", "omem"))
+        )
+
+    def load_stats(
+        self,
+        model_id: int,
+        seq: int,
+        sample_ids: Sequence[str],
+        owner_ids: Sequence[str],
+        vectors: torch.Tensor,
+    ) -> None:
+        """Replace the model's statistics with these rows; the meta key is written last.
+
+        A reader that sees the meta key for ``seq`` therefore sees the complete set of rows.
+        """
+        self.clear_stats(model_id)
+        dtype = dtype_name(vectors.dtype)
+        rows = vectors.detach().contiguous().cpu().numpy()
+        sums: dict[str, np.ndarray] = {}
+        members: dict[str, list[str]] = defaultdict(list)
+        for i, (sid, oid) in enumerate(zip(sample_ids, owner_ids)):
+            members[oid].append(sid)
+            sums[oid] = sums[oid] + rows[i] if oid in sums else rows[i].copy()
+        vec_key, owner_key = self.key(model_id, "stats:vec"), self.key(model_id, "stats:owner")
+        osum_key, omem_key = self.key(model_id, "stats:osum"), self.key(model_id, "stats:omem")
+        pipe = self.client.pipeline(transaction=False)
+        for start in range(0, len(sample_ids), _CHUNK):
+            stop = start + _CHUNK
+            pipe.hset(
+                vec_key,
+                mapping={sid: rows[i].tobytes() for i, sid in enumerate(sample_ids[start:stop], start)},
+            )
+            pipe.hset(owner_key, mapping=dict(zip(sample_ids[start:stop], owner_ids[start:stop])))
+        owners = list(members)
+        for start in range(0, len(owners), _CHUNK):
+            chunk = owners[start : start + _CHUNK]
+            pipe.hset(osum_key, mapping={o: sums[o].tobytes() for o in chunk})
+            pipe.hset(omem_key, mapping={o: json.dumps(members[o]) for o in chunk})
+        pipe.hset(
+            self.key(model_id, "stats:meta"),
+            mapping={"seq": seq, "dim": int(vectors.shape[1]), "dtype": dtype},
+        )
+        pipe.execute()

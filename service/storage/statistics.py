@@ -1,0 +1,231 @@
+"""``SampleStatistics`` over the Redis hot store, with staged removals.
+
+A method's ``forget`` calls ``remove`` while it computes the update, before the service knows whether
+the transaction that records the new version will commit. So ``remove`` only *stages* removals in
+memory (every read in the same update sees them), and :meth:`RedisSampleStatistics.apply` writes them
+to Redis, under the model lock, once the version's rows are flushed. The statistics carry the sequence
+number of the version they belong to, so Redis ahead of a commit that then failed is detected and
+rebuilt. Per-owner sums always cover the owner's *remaining* samples, as in
+:class:`unlearning.methods.statistics.InMemorySampleStatistics`.
+
+Reads are batched: :meth:`prefetch_owners` loads the members and sums of every owner of a batch in one
+round trip, and removing a whole owner never reads its vectors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Container, Iterable, Sequence
+from typing import Any
+
+import redis
+import torch
+
+from service.storage.hot import TORCH_DTYPES, HotStore, from_bytes, to_bytes
+from unlearning.errors import AlreadyDeletedError, UnknownSampleError
+from unlearning.methods.protocol import StatisticsSnapshot
+
+
+class HotStoreLost(RuntimeError):
+    """The statistics vanished from Redis during an update (a flush): rebuild and retry."""
+
+
+class RedisSampleStatistics:
+    def __init__(
+        self,
+        hot: HotStore,
+        model_id: int,
+        dim: int,
+        dtype: str,
+        erased_samples: Container[str] = frozenset(),
+        erased_owners: Container[str] = frozenset(),
+    ) -> None:
+        """``erased_*`` answer "was this id forgotten earlier?" so errors say AlreadyDeleted, not Unknown."""
+        self.dim = dim
+        self.dtype = dtype
+        self._hot = hot
+        self._model_id = model_id
+        self._erased_samples = erased_samples
+        self._erased_owners = erased_owners
+        self._removed: dict[str, str] = {}  # staged: sample id -> owner id
+        self._vectors: dict[str, torch.Tensor] = {}  # vectors read so far (sample id -> vector)
+        self._owners: dict[str, tuple[list[str], torch.Tensor] | None] = {}  # prefetched: members, sum
+        self._k = {n: hot.key(model_id, f"stats:{n}") for n in ("vec", "owner", "osum", "omem", "meta")}
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def _missing_sample(self, sample_id: str) -> Exception:
+        if sample_id in self._removed or sample_id in self._erased_samples:
+            return AlreadyDeletedError(f"sample {sample_id!r} has already been forgotten")
+        return UnknownSampleError(f"sample id {sample_id!r} was not in this model's training set")
+
+    def _missing_owner(self, owner_id: str) -> Exception:
+        if owner_id in self._erased_owners:
+            return AlreadyDeletedError(f"owner {owner_id!r} has already been forgotten")
+        return UnknownSampleError(f"owner {owner_id!r} has no samples in this model's training set")
+
+    # -- batched reads ------------------------------------------------------------------------
+
+    def prefetch_owners(self, owner_ids: Iterable[str]) -> None:
+        """Members and sums of ``owner_ids`` in one round trip (a batch forgetting many owners)."""
+        owners = [o for o in dict.fromkeys(owner_ids) if o not in self._owners]
+        if not owners:
+            return
+        pipe = self._hot.client.pipeline(transaction=False)
+        pipe.hmget(self._k["omem"], owners)
+        pipe.hmget(self._k["osum"], owners)
+        members, sums = pipe.execute()
+        for owner, m, s in zip(owners, members, sums):
+            self._owners[owner] = (
+                None if m is None or s is None else (json.loads(m), from_bytes(s, self.dtype))
+            )
+
+    def _owner(self, owner_id: str) -> tuple[list[str], torch.Tensor]:
+        if owner_id not in self._owners:
+            self.prefetch_owners([owner_id])
+        found = self._owners[owner_id]
+        if found is None:
+            raise self._missing_owner(owner_id)
+        return found
+
+    def _read_vectors(self, sample_ids: Sequence[str]) -> None:
+        wanted = [s for s in sample_ids if s not in self._vectors]
+        if wanted:
+            for sid, raw in zip(wanted, self._hot.client.hmget(self._k["vec"], wanted)):
+                if raw is None:
+                    raise self._missing_sample(sid)
+                self._vectors[sid] = from_bytes(raw, self.dtype)
+
+    def _live_owners(self, sample_ids: Sequence[str]) -> list[str]:
+        """Owners of live samples, with the errors the in-memory implementation raises."""
+        dup = [s for s, n in Counter(sample_ids).items() if n > 1]
+        if dup:
+            raise AlreadyDeletedError(f"the request names sample {dup[0]!r} twice")
+        for sid in sample_ids:
+            if sid in self._removed:
+                raise self._missing_sample(sid)
+        if not sample_ids:
+            return []
+        owners = self._hot.client.hmget(self._k["owner"], list(sample_ids))
+        for sid, owner in zip(sample_ids, owners):
+            if owner is None:
+                raise self._missing_sample(sid)
+        return [o.decode() for o in owners]
+
+    # -- SampleStatistics -----------------------------------------------------------------------
+
+    def has(self, sample_id: str) -> bool:
+        return sample_id not in self._removed and bool(self._hot.client.hexists(self._k["owner"], sample_id))
+
+    def owner_of(self, sample_id: str) -> str:
+        if sample_id in self._removed:
+            return self._removed[sample_id]
+        owner = self._hot.client.hget(self._k["owner"], sample_id)
+        if owner is None:
+            raise self._missing_sample(sample_id)
+        return owner.decode()
+
+    def remaining_of_owner(self, owner_id: str) -> tuple[str, ...]:
+        members, _ = self._owner(owner_id)
+        return tuple(s for s in members if s not in self._removed)
+
+    def sum_samples(self, sample_ids: Sequence[str]) -> torch.Tensor:
+        self._live_owners(sample_ids)
+        self._read_vectors(sample_ids)
+        out = torch.zeros(self.dim, dtype=TORCH_DTYPES[self.dtype])
+        for sid in sample_ids:
+            out += self._vectors[sid]
+        return out
+
+    def sum_owner(self, owner_id: str) -> torch.Tensor:
+        members, total = self._owner(owner_id)
+        gone = [s for s in members if s in self._removed]
+        if len(gone) == len(members):
+            return torch.zeros(self.dim, dtype=TORCH_DTYPES[self.dtype])
+        total = total.clone()
+        if gone:
+            self._read_vectors(gone)
+            for sid in gone:
+                total -= self._vectors[sid]
+        return total
+
+    def remove(self, sample_ids: Sequence[str]) -> None:
+        for sid, owner in zip(sample_ids, self._live_owners(sample_ids)):
+            self._removed[sid] = owner
+
+    def export(self) -> StatisticsSnapshot:
+        vec = self._hot.client.hgetall(self._k["vec"])
+        owner = self._hot.client.hgetall(self._k["owner"])
+        ids = sorted(k.decode() for k in vec if k.decode() not in self._removed)
+        rows = [from_bytes(vec[s.encode()], self.dtype) for s in ids]
+        vectors = torch.stack(rows) if rows else torch.zeros((0, self.dim), dtype=TORCH_DTYPES[self.dtype])
+        return StatisticsSnapshot(
+            sample_ids=tuple(ids), owner_ids=tuple(owner[s.encode()].decode() for s in ids), vectors=vectors
+        )
+
+    # -- staged removals ------------------------------------------------------------------------
+
+    @property
+    def staged(self) -> dict[str, str]:
+        """Sample id -> owner id of every removal staged so far."""
+        return dict(self._removed)
+
+    def discard_staged(self) -> None:
+        self._removed.clear()
+
+    def loaded_seq(self) -> int | None:
+        seq = self._hot.client.hget(self._k["meta"], "seq")
+        return None if seq is None else int(seq)
+
+    def apply(self, base_seq: int, new_seq: int) -> None:
+        """Write the staged removals to Redis and mark the statistics as those of version ``new_seq``.
+
+        An owner whose samples all go is dropped whole (no vector read); for the others the removed
+        vectors are subtracted from the owner's sum. The write is a transaction watching the marker of
+        ``base_seq``: if Redis was flushed (or rebuilt) since the update read it, nothing is written and
+        :class:`HotStoreLost` is raised (the caller rolls back and retries after a rebuild).
+        """
+        by_owner: dict[str, list[str]] = defaultdict(list)
+        for sid, owner in self._removed.items():
+            by_owner[owner].append(sid)
+        self.prefetch_owners(by_owner)
+        if any(self._owners[o] is None for o in by_owner):
+            raise HotStoreLost(f"statistics of model {self._model_id} are no longer in Redis")
+        partial = {o: sids for o, sids in by_owner.items() if len(set(sids)) < len(self._owners[o][0])}  # type: ignore[index]
+        self._read_vectors([s for sids in partial.values() for s in sids])
+        pipe = self._hot.client.pipeline(transaction=True)
+        try:
+            pipe.watch(self._k["meta"])
+            if pipe.hget(self._k["meta"], "seq") != str(base_seq).encode():
+                raise HotStoreLost(f"statistics of model {self._model_id} changed under the update")
+            pipe.multi()
+            self._queue_writes(pipe, by_owner, partial, new_seq)
+            pipe.execute()
+        except redis.WatchError as exc:
+            raise HotStoreLost(f"statistics of model {self._model_id} changed under the update") from exc
+        finally:
+            pipe.reset()
+        self._removed.clear()
+        self._owners.clear()
+
+    def _queue_writes(
+        self, pipe: Any, by_owner: dict[str, list[str]], partial: dict[str, list[str]], new_seq: int
+    ) -> None:
+        removed = list(self._removed)
+        if removed:
+            pipe.hdel(self._k["vec"], *removed)
+            pipe.hdel(self._k["owner"], *removed)
+        for owner, sids in by_owner.items():
+            members, total = self._owners[owner]  # type: ignore[misc]
+            if owner in partial:
+                gone = set(sids)
+                total = total.clone()
+                for sid in gone:
+                    total -= self._vectors[sid]
+                pipe.hset(self._k["osum"], owner, to_bytes(total))
+                pipe.hset(self._k["omem"], owner, json.dumps([s for s in members if s not in gone]))
+            else:
+                pipe.hdel(self._k["osum"], owner)
+                pipe.hdel(self._k["omem"], owner)
+        pipe.hset(self._k["meta"], "seq", new_seq)

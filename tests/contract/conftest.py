@@ -1,0 +1,46 @@
+"""The embedded app (SQLite, fakeredis, in-process worker) for the contract tests: no servers needed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.runtime import Runtime
+from service.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def embedded_runtime(tmp_path_factory: pytest.TempPathFactory) -> Runtime:
+    var: Path = tmp_path_factory.mktemp("lethe-embedded")
+    return Runtime(Settings(mode="embedded", var_dir=var, demo_model=False, max_upload_bytes=256 * 1024))
+
+
+@pytest.fixture(scope="session")
+def embedded_app(embedded_runtime: Runtime) -> FastAPI:
+    return create_app(runtime=embedded_runtime)
+
+
+@pytest.fixture(scope="session")
+def embedded(embedded_app: FastAPI) -> Iterator[TestClient]:
+    """A client with one trained model (id 1) on a small synthetic dataset (id 1)."""
+    with TestClient(embedded_app) as client:
+        dataset = client.post(
+            "/v1/datasets/bundled", json={"name": "synthetic", "n": 60, "samples_per_owner": 2}
+        )
+        assert dataset.status_code == 201, dataset.text
+        model = client.post(
+            "/v1/models",
+            json={"name": "m", "dataset_id": dataset.json()["id"], "hyperparameters": {"epochs": 1}},
+        )
+        assert model.status_code == 202, model.text
+        deadline = time.monotonic() + 60
+        while client.get(f"/v1/models/{model.json()['id']}").json()["status"]["state"] != "ready":
+            assert time.monotonic() < deadline, "the embedded model did not train"
+            time.sleep(0.05)
+        yield client

@@ -1,0 +1,44 @@
+"""``python -m bench.service`` runs end to end and its last line is the JSON the issue asks for."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = {"p50_ms", "p95_ms", "p99_ms", "rate_rps", "completed_per_s", "retrain_per_request_p50_ms"}
+
+
+def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
+    """A small run (the fixtures have checked that Postgres and Redis are up)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.service",
+            "--quick",
+            "--requests",
+            "30",
+            "--burst",
+            "40",
+            "--retrains",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert KEYS <= set(figures)
+    assert figures["rate_rps"] == 100.0 and figures["requests"] == 30 and figures["burst"] == 40
+    assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"]
+    assert figures["completed_per_s"] > 0 and figures["retrain_per_request_p50_ms"] > 0

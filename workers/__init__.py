@@ -1,0 +1,1 @@
+"""Celery workers: thin adapters from task messages to :mod:`service.jobs`."""

@@ -1,0 +1,89 @@
+"""The Celery application: ``celery -A workers.celery_app worker``.
+
+Each task is a thin adapter: it looks the job up in :mod:`service.jobs.registry` and runs it with this
+process's :class:`service.runtime.Runtime`. Nothing here imports torch: the job modules import the core
+library when a task first runs, after the pool has forked, so no worker process initialises CUDA before
+forking. Run one worker process per GPU (``CUDA_VISIBLE_DEVICES=i``, ``--pool=solo``); see
+docs/service.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import Celery, signals
+from kombu import Queue
+
+from service.jobs.registry import TASKS
+from service.queue import LANES, celery_queue_name
+from service.runtime import Runtime
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+settings = Settings()
+app = Celery("lethe", broker=settings.effective_broker_url or "memory://")
+app.conf.update(
+    # A task is acknowledged after it ran, so a worker that dies mid-job hands it to another worker;
+    # every job is idempotent (each checks the state it starts from under the model lock).
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    task_queues=[Queue(celery_queue_name(settings.celery_queue, lane)) for lane in LANES],
+    task_default_queue=celery_queue_name(settings.celery_queue, "updates"),
+    broker_connection_retry_on_startup=True,
+    broker_transport_options={"visibility_timeout": 3600},
+    worker_hijack_root_logger=False,
+    task_ignore_result=True,
+)
+
+_runtime: Runtime | None = None
+_lock = threading.Lock()
+
+
+def runtime() -> Runtime:
+    """This process's runtime, built on first use (after the fork in a prefork pool)."""
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = Runtime(settings, role="worker")
+            _runtime.start()
+        return _runtime
+
+
+@signals.worker_process_init.connect
+def _after_fork(**_: Any) -> None:
+    # A forked child must not reuse the parent's database connections or Redis sockets.
+    global _runtime
+    _runtime = None
+
+
+@signals.worker_ready.connect
+def _ready(**_: Any) -> None:
+    if settings.worker_metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.worker_metrics_port)
+    log.info(
+        "lethe worker ready on queues %s", [celery_queue_name(settings.celery_queue, lane) for lane in LANES]
+    )
+
+
+@signals.worker_shutdown.connect
+def _shutdown(**_: Any) -> None:
+    if _runtime is not None:
+        _runtime.stop()
+
+
+def _adapter(name: str) -> Any:
+    def task(**payload: Any) -> None:
+        runtime().run_job(name, payload)
+
+    task.__name__ = name
+    task.__doc__ = f"Run the {name!r} job (service.jobs.registry)."
+    return app.task(name=f"lethe.{name}")(task)
+
+
+tasks = {name: _adapter(name) for name in TASKS}
