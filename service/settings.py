@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     max_decompressed_bytes: int = Field(2 * 1024**3, ge=1024)
     deletion_sla_seconds: float = Field(60.0, gt=0)
     max_batch: int = Field(10_000, ge=1)
-    max_buckets: int = Field(512, ge=1, le=65_536)
+    max_buckets: int = Field(4096, ge=1, le=65_536)
     idempotency_ttl_hours: float = Field(24.0, gt=0)
 
     dispatcher_interval_seconds: float = Field(0.5, gt=0)

@@ -112,7 +112,7 @@ def write_training(artifacts: ArtifactStore, dataset: Dataset, max_buckets: int)
             "labels": dataset.labels,
             "rows": np.arange(len(dataset), dtype=np.int64),
         },
-        bucket_count(len(dataset), max_buckets),
+        bucket_count(dataset.owner_ids, max_buckets),
         num_classes=dataset.num_classes,
         feature_shape=list(dataset.feature_shape),
         name=dataset.name,
@@ -181,7 +181,7 @@ def write_statistics(
         snapshot.sample_ids,
         snapshot.owner_ids,
         {"vectors": vectors},
-        bucket_count(len(snapshot.sample_ids), max_buckets),
+        bucket_count(snapshot.owner_ids, max_buckets),
         dim=int(vectors.shape[1]),
         dtype=str(vectors.dtype),
     )
