@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -1078,6 +1078,11 @@ class NewtonMethodBase:
 
     needs_training_data: ClassVar[bool] = True
     name: ClassVar[str] = "newton_base"
+
+
+    def restore_model(self, data: Mapping[str, Any]) -> NewtonModelSpec:
+        """``MethodState.model`` from its ``to_dict()``."""
+        return NewtonModelSpec.from_dict(dict(data))
 
     def budget_cap(self, state: MethodState, policy: BudgetPolicy, privacy: PrivacyTarget) -> float:
         """The gradient-residual budget alpha * epsilon / sqrt(2 ln(1.5/delta)) (one, for all classes)."""

@@ -249,14 +249,14 @@ def load_state(
     model: Model,
     version: ModelVersion,
 ) -> tuple[MethodState, RedisSampleStatistics | None]:
-    from unlearning.models import ModelSpec
+    from unlearning.methods.registry import get_method
 
     if version.clean_blob is None or version.released_blob is None:
         raise RuntimeError(f"version {version.seq} of model {model.id} has no stored weights")
     stats = hot_statistics(hot, cache, hasher, uow, model, version.seq)
     state = MethodState(
         method=model.method,
-        model=ModelSpec.from_dict(version.spec),
+        model=get_method(model.method).restore_model(version.spec),
         clean_weights=cache.weights(version.clean_blob),
         released_weights=cache.weights(version.released_blob),
         statistics=stats,

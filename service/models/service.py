@@ -257,7 +257,17 @@ def _flat_model(spec_json: str) -> Any:
 
 
 def predict(served: ServingWeights, model_id: int, body: PredictIn) -> PredictOut:
-    spec = ModelSpec.from_dict(served.spec)
+    try:
+        spec = ModelSpec.from_dict(served.spec)
+    except (KeyError, TypeError, ValueError):
+        # Models over derived features (graph propagation, scattering, fitted row transforms) cannot be
+        # evaluated on raw rows alone; their weights are downloadable instead.
+        raise Unprocessable(
+            f"model {model_id} works on derived features, not raw rows: predictions through the API are "
+            "available for flat-parameter models (logistic regression, MLP, CNN); download its weights "
+            "from /weights instead",
+            code="predictions_unsupported",
+        ) from None
     width = math.prod(spec.input_shape)
     for i, row in enumerate(body.instances):
         if len(row) != width:

@@ -173,6 +173,9 @@ class HessianFree:
             "audit_probe_fraction": 0.01,
         }
 
+    def restore_model(self, data: Mapping[str, Any]) -> ModelSpec:
+        return ModelSpec.from_dict(dict(data))
+
     # ----------------------------------------------------------------------------------------- fit
     def fit(
         self,

@@ -373,6 +373,10 @@ class Langevin:
     request_kinds: ClassVar[frozenset[str]] = frozenset({"sample", "owner"})
     needs_training_data: ClassVar[bool] = True
 
+    def restore_model(self, data: Mapping[str, Any]) -> ModelSpec:
+        """``MethodState.model`` from its ``to_dict()``."""
+        return ModelSpec.from_dict(dict(data))
+
     def default_config(self) -> dict[str, Any]:
         """The paper's setting (digest 1.3, 5.2) where it carries over; None means "derive it":
 
@@ -405,6 +409,7 @@ class Langevin:
             "pabi": "paper",
             "conversion": "paper",
             "max_unlearning_epochs": 10_000,
+            "max_burn_in_epochs": 5_000,
         }
 
     # ----------------------------------------------------------------------------------------- fit
@@ -545,7 +550,16 @@ class Langevin:
     def _burn_in(const: acc.PNSGDConstants, config: Mapping[str, Any]) -> int:
         if config.get("epochs") is not None:
             return _int_at_least(config, "epochs", 1)
-        return acc.epochs_to_converge(const, _positive(config, "burn_in_tolerance"))
+        epochs = acc.epochs_to_converge(const, _positive(config, "burn_in_tolerance"))
+        cap = _int_at_least(config, "max_burn_in_epochs", 1)
+        if epochs > cap:
+            # A weakly regularised small dataset contracts so slowly that the burn-in runs for hours;
+            # refuse up front instead of training silently that long.
+            raise InvalidConfigError(
+                f"reaching the stationary regime needs {epochs} noisy epochs (more than max_burn_in_epochs "
+                f"{cap}): raise l2 (now {const.m:g}), raise burn_in_tolerance, or set epochs explicitly"
+            )
+        return epochs
 
     @staticmethod
     def _sigma(

@@ -577,6 +577,10 @@ class MiniUnlearning:
     request_kinds: ClassVar[frozenset[str]] = frozenset({"sample", "owner"})
     needs_training_data: ClassVar[bool] = True
 
+    def restore_model(self, data: Mapping[str, Any]) -> ModelSpec:
+        """``MethodState.model`` from its ``to_dict()``."""
+        return ModelSpec.from_dict(dict(data))
+
     def default_config(self) -> dict[str, Any]:
         """The paper's setting (Sec. 5.1): L2 logistic regression, plain SGD, eta 0.01, L2 0.005, k 10, m 2.
 

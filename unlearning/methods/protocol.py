@@ -166,6 +166,10 @@ class UnlearningMethod(Protocol):
 
     def default_config(self) -> dict[str, Any]: ...
 
+    def restore_model(self, data: Mapping[str, Any]) -> Any:
+        """``MethodState.model`` rebuilt from its ``to_dict()`` (what the service stores per version)."""
+        ...
+
     def fit(
         self,
         dataset: Dataset,
