@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 
 _MAX_ROUNDS = 1000  # drain loop bound: a model under constant load still yields the worker now and then
 _HOT_STORE_RETRIES = 3
+_MAX_CONSECUTIVE_FAILURES = 3
+# Consecutive unexpected failures of a model's update, per worker process. A transient fault (a dropped
+# connection) gets retried by the reconciler; a persistent one must not keep requests queued for ever.
+_failures: dict[int, int] = {}
 
 
 def request_update(rt: Runtime, model_id: int) -> None:
@@ -71,9 +75,37 @@ def request_update(rt: Runtime, model_id: int) -> None:
 
 
 def apply_deletions(rt: Runtime, model_id: int) -> None:
-    """Drain the model's queued requests, one version per round, until none is left."""
+    """Drain the model's queued requests, one version per round, until none is left.
+
+    An update that fails unexpectedly is retried (the reconciler re-publishes it); after
+    ``_MAX_CONSECUTIVE_FAILURES`` in a row the queued requests fail with the error, and the model stays
+    on its current version, so a persistent fault is reported instead of keeping requests queued.
+    """
     # Before reading the queue: a request committed from now on publishes a job of its own.
     rt.hot.release_update(model_id)
+    try:
+        _drain(rt, model_id)
+    except Exception as exc:
+        _failures[model_id] = _failures.get(model_id, 0) + 1
+        if _failures[model_id] >= _MAX_CONSECUTIVE_FAILURES:
+            _failures.pop(model_id, None)
+            _fail_queued(rt, model_id, f"the update failed {_MAX_CONSECUTIVE_FAILURES} times in a row "
+                                       f"({type(exc).__name__}: {exc}); the model stays on its current version")
+        raise
+    _failures.pop(model_id, None)
+
+
+def _fail_queued(rt: Runtime, model_id: int, reason: str) -> None:
+    with rt.uow() as uow:
+        if uow.models.lock(model_id) is None:
+            return
+        for request in uow.deletions.in_states(model_id, ["queued"], limit=rt.settings.max_batch):
+            fail_request(uow, model_id, request, reason)
+        uow.commit()
+    log.error("model %s: queued deletion requests failed: %s", model_id, reason)
+
+
+def _drain(rt: Runtime, model_id: int) -> None:
     for _ in range(_MAX_ROUNDS):
         progressed, version_id = _apply_with_retries(rt, model_id)
         if version_id is not None:
