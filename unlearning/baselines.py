@@ -343,27 +343,7 @@ class NewtonStep(_HessianBaseline):
     sequence of requests pass the cumulative forgotten set.
     """
 
-    def __init__(
-        self,
-        l2: float,
-        *,
-        damping: float = 0.01,
-        hessian_l2: bool = True,
-        closed_form: bool = True,
-        max_dim: int = MAX_HESSIAN_DIM,
-        sample_chunk: int = 64,
-        column_chunk: int = 64,
-    ) -> None:
-        super().__init__(
-            l2,
-            damping=damping,
-            hessian_l2=hessian_l2,
-            closed_form=closed_form,
-            max_dim=max_dim,
-            sample_chunk=sample_chunk,
-            column_chunk=column_chunk,
-        )
-        self.hessian: torch.Tensor | None = None
+    hessian: torch.Tensor | None = None  # H_S, set by precompute
 
     def precompute(self, model: FlatModel, data: Dataset, w: torch.Tensor) -> NewtonStep:
         """Store H_S = sum over the n training rows of grad^2 l(w; z_i); timed in ``seconds["precompute"]``."""
@@ -409,28 +389,8 @@ class InfluenceJackknife(_HessianBaseline):
     :class:`NewtonStep`.
     """
 
-    def __init__(
-        self,
-        l2: float,
-        *,
-        damping: float = 0.01,
-        hessian_l2: bool = True,
-        closed_form: bool = True,
-        max_dim: int = MAX_HESSIAN_DIM,
-        sample_chunk: int = 64,
-        column_chunk: int = 64,
-    ) -> None:
-        super().__init__(
-            l2,
-            damping=damping,
-            hessian_l2=hessian_l2,
-            closed_form=closed_form,
-            max_dim=max_dim,
-            sample_chunk=sample_chunk,
-            column_chunk=column_chunk,
-        )
-        self.factor: torch.Tensor | None = None
-        self.pivots: torch.Tensor | None = None  # only with the LU fallback
+    factor: torch.Tensor | None = None  # set by precompute
+    pivots: torch.Tensor | None = None  # only with the LU fallback
 
     def precompute(self, model: FlatModel, data: Dataset, w: torch.Tensor) -> InfluenceJackknife:
         """Factor H_S/n + damping * I once; timed in ``seconds["precompute"]``."""
