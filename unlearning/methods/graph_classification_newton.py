@@ -45,7 +45,6 @@ from unlearning.errors import (
     DimensionMismatchError,
     InvalidConfigError,
     InvalidDatasetError,
-    UnsupportedRequestError,
 )
 from unlearning.methods.protocol import (
     BudgetPolicy,
@@ -226,13 +225,7 @@ class GraphClassificationNewton(NewtonMethodBase):
         policy: BudgetPolicy | None = None,
     ) -> ForgetOutcome:
         started = time.perf_counter()
-        request.require_nonempty()
-        unsupported = request.kinds() - self.request_kinds
-        if unsupported:
-            raise UnsupportedRequestError(
-                f"the {self.name} method forgets whole graphs and nodes inside graphs (graph, graph_node, sample "
-                f"= graph id, owner), not {sorted(unsupported)}"
-            )
+        request.require_kinds(self.name, self.request_kinds)
         if remaining is None:
             raise InvalidConfigError(f"{self.name} needs the current training graphs to forget (remaining=...)")
         collection = _collection(remaining, "forgets from")

@@ -44,7 +44,6 @@ from unlearning.errors import (
     DimensionMismatchError,
     InvalidConfigError,
     InvalidDatasetError,
-    UnsupportedRequestError,
 )
 from unlearning.methods.protocol import (
     BudgetPolicy,
@@ -211,12 +210,7 @@ class GraphNodeNewton(NewtonMethodBase):
         policy: BudgetPolicy | None = None,
     ) -> ForgetOutcome:
         started = time.perf_counter()
-        request.require_nonempty()
-        unsupported = request.kinds() - self.request_kinds
-        if unsupported:
-            raise UnsupportedRequestError(
-                f"the {self.name} method forgets nodes, owners, edges and node features, not {sorted(unsupported)}"
-            )
+        request.require_kinds(self.name, self.request_kinds)
         if remaining is None:
             raise InvalidConfigError(f"{self.name} needs the current graph to forget (remaining=...)")
         graph = _graph(remaining, "forgets from")

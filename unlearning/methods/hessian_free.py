@@ -35,7 +35,6 @@ from unlearning.errors import (
     AlreadyDeletedError,
     DimensionMismatchError,
     InvalidConfigError,
-    UnsupportedRequestError,
 )
 from unlearning.methods.protocol import (
     BudgetPolicy,
@@ -235,12 +234,7 @@ class HessianFree:
         remaining: Dataset | None = None,
         policy: BudgetPolicy | None = None,
     ) -> ForgetOutcome:
-        request.require_nonempty()
-        unsupported = request.kinds() - self.request_kinds
-        if unsupported:
-            raise UnsupportedRequestError(
-                f"the hessian_free method forgets samples and owners, not {sorted(unsupported)}"
-            )
+        request.require_kinds(self.name, self.request_kinds)
         stats = state.statistics
         if stats is None:
             raise InvalidConfigError("this state has no per-sample vectors: refit the model")

@@ -80,7 +80,6 @@ from unlearning.errors import (
     InvalidConfigError,
     InvalidDatasetError,
     UnknownSampleError,
-    UnsupportedRequestError,
 )
 from unlearning.methods.protocol import (
     BudgetPolicy,
@@ -590,10 +589,7 @@ class Langevin:
         policy: BudgetPolicy | None = None,
     ) -> ForgetOutcome:
         started = time.perf_counter()
-        request.require_nonempty()
-        unsupported = request.kinds() - self.request_kinds
-        if unsupported:
-            raise UnsupportedRequestError(f"the langevin method forgets samples and owners, not {sorted(unsupported)}")
+        request.require_kinds(self.name, self.request_kinds)
         if remaining is None:
             raise InvalidConfigError("the langevin method needs the remaining training data to forget (remaining=...)")
         account = state.accounting

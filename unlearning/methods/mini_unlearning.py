@@ -70,7 +70,6 @@ from unlearning.errors import (
     InvalidConfigError,
     InvalidDatasetError,
     UnknownSampleError,
-    UnsupportedRequestError,
 )
 from unlearning.lbfgs import CompactLBFGS, secant_pairs
 from unlearning.methods.hessian_free import model_spec_for
@@ -650,12 +649,7 @@ class MiniUnlearning:
     ) -> ForgetOutcome:
         """Recompute Eq. 10 on the recorded window for the cumulative deleted set; no noise is drawn."""
         started = time.perf_counter()
-        request.require_nonempty()
-        unsupported = request.kinds() - self.request_kinds
-        if unsupported:
-            raise UnsupportedRequestError(
-                f"the mini_unlearning method forgets samples and owners, not {sorted(unsupported)}"
-            )
+        request.require_kinds(self.name, self.request_kinds)
         if remaining is None:
             raise InvalidDatasetError(
                 "mini_unlearning needs the remaining training data (every sample not yet forgotten, "

@@ -33,7 +33,6 @@ from unlearning.errors import (
     DimensionMismatchError,
     InvalidConfigError,
     InvalidDatasetError,
-    UnsupportedRequestError,
 )
 from unlearning.methods.protocol import (
     BudgetPolicy,
@@ -225,12 +224,7 @@ class NewtonTabular(NewtonMethodBase):
         remaining: Dataset | None = None,
         policy: BudgetPolicy | None = None,
     ) -> ForgetOutcome:
-        request.require_nonempty()
-        unsupported = request.kinds() - self.request_kinds
-        if unsupported:
-            raise UnsupportedRequestError(
-                f"the {self.name} method forgets tabular samples and owners, not {sorted(unsupported)}"
-            )
+        request.require_kinds(self.name, self.request_kinds)
         if remaining is None:
             raise InvalidConfigError(f"{self.name} needs the remaining training data to forget (remaining=...)")
         data = _dataset(remaining, "forgets from")

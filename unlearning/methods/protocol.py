@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 
 from unlearning.data import Dataset
-from unlearning.errors import EmptyRequestError, InvalidConfigError
+from unlearning.errors import EmptyRequestError, InvalidConfigError, UnsupportedRequestError
 from unlearning.privacy.certificate import Certificate, ReleaseMode
 
 ProgressCallback = Callable[[str, float], None]
@@ -90,6 +90,30 @@ class ForgetRequest:
     def require_nonempty(self) -> None:
         if not self.kinds():
             raise EmptyRequestError("the request names nothing to forget: give sample ids or owner ids")
+
+    def require_kinds(self, method: str, allowed: frozenset[str]) -> None:
+        """Non-empty, and only kinds ``method`` serves; otherwise a clear error naming both."""
+        self.require_nonempty()
+        unsupported = self.kinds() - allowed
+        if unsupported:
+            raise UnsupportedRequestError(
+                f"the {method} method forgets {_kind_names(allowed)}, not {_kind_names(unsupported)}"
+            )
+
+
+_KIND_NAMES = {
+    "sample": "samples",
+    "owner": "owners",
+    "edge": "edges",
+    "node_features": "node features",
+    "graph": "graphs",
+    "graph_node": "nodes inside graphs",
+}
+
+
+def _kind_names(kinds: frozenset[str]) -> str:
+    names = [name for kind, name in _KIND_NAMES.items() if kind in kinds]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 class SampleStatistics(Protocol):
