@@ -35,6 +35,7 @@ class Runtime:
         self.queue: TaskQueue = self._make_queue()
         self.dispatcher = Dispatcher(self)
         self._started = False
+        self._users = 0
 
     def _make_queue(self) -> TaskQueue:
         if self.settings.effective_worker == "celery":
@@ -58,7 +59,12 @@ class Runtime:
         upgrade(self.engine)
 
     def start(self) -> None:
-        """Start the background machinery of this process (idempotent)."""
+        """Start the background machinery of this process.
+
+        Counted: an app whose lifespan runs more than once at a time (a test client and a schema fuzzer
+        sharing one app, or two servers mounting it) keeps its workers until the last user stops.
+        """
+        self._users += 1
         if self._started:
             return
         self._started = True
@@ -72,7 +78,8 @@ class Runtime:
         self.dispatcher.start()
 
     def stop(self) -> None:
-        if not self._started:
+        self._users = max(self._users - 1, 0)
+        if not self._started or self._users > 0:
             return
         self._started = False
         self.dispatcher.stop()

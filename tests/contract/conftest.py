@@ -15,10 +15,27 @@ from service.runtime import Runtime
 from service.settings import Settings
 
 
+def embedded_runtime_in(var: Path) -> Runtime:
+    return Runtime(Settings(mode="embedded", var_dir=var, demo_model=False, max_upload_bytes=256 * 1024))
+
+
+def train_small_model(client: TestClient) -> None:
+    """Model 1 (logistic regression, 1 epoch) on dataset 1 (60 synthetic rows, two per owner), trained."""
+    dataset = client.post("/v1/datasets/bundled", json={"name": "synthetic", "n": 60, "samples_per_owner": 2})
+    assert dataset.status_code == 201, dataset.text
+    model = client.post(
+        "/v1/models", json={"name": "m", "dataset_id": dataset.json()["id"], "hyperparameters": {"epochs": 1}}
+    )
+    assert model.status_code == 202, model.text
+    deadline = time.monotonic() + 60
+    while client.get(f"/v1/models/{model.json()['id']}").json()["status"]["state"] != "ready":
+        assert time.monotonic() < deadline, "the embedded model did not train"
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="session")
 def embedded_runtime(tmp_path_factory: pytest.TempPathFactory) -> Runtime:
-    var: Path = tmp_path_factory.mktemp("lethe-embedded")
-    return Runtime(Settings(mode="embedded", var_dir=var, demo_model=False, max_upload_bytes=256 * 1024))
+    return embedded_runtime_in(tmp_path_factory.mktemp("lethe-embedded"))
 
 
 @pytest.fixture(scope="session")
@@ -30,17 +47,5 @@ def embedded_app(embedded_runtime: Runtime) -> FastAPI:
 def embedded(embedded_app: FastAPI) -> Iterator[TestClient]:
     """A client with one trained model (id 1) on a small synthetic dataset (id 1)."""
     with TestClient(embedded_app) as client:
-        dataset = client.post(
-            "/v1/datasets/bundled", json={"name": "synthetic", "n": 60, "samples_per_owner": 2}
-        )
-        assert dataset.status_code == 201, dataset.text
-        model = client.post(
-            "/v1/models",
-            json={"name": "m", "dataset_id": dataset.json()["id"], "hyperparameters": {"epochs": 1}},
-        )
-        assert model.status_code == 202, model.text
-        deadline = time.monotonic() + 60
-        while client.get(f"/v1/models/{model.json()['id']}").json()["status"]["state"] != "ready":
-            assert time.monotonic() < deadline, "the embedded model did not train"
-            time.sleep(0.05)
+        train_small_model(client)
         yield client

@@ -5,12 +5,25 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
+from service.app import create_app
 from service.jobs import updates
 from service.runtime import Runtime
+from tests.contract.conftest import embedded_runtime_in, train_small_model
+
+
+@pytest.fixture()
+def fresh(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
+    """An embedded app of its own: the session's app carries whatever the schemathesis run left."""
+    runtime = embedded_runtime_in(tmp_path)
+    with TestClient(create_app(runtime=runtime)) as client:
+        train_small_model(client)
+        yield client, runtime
 
 
 def _submit(client: TestClient, owner: str) -> int:
@@ -25,8 +38,9 @@ def _state(client: TestClient, request_id: int) -> dict:
 
 
 def test_persistent_update_fault_fails_requests_with_the_reason(
-    embedded: TestClient, embedded_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+    fresh: tuple[TestClient, Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    embedded, embedded_runtime = fresh
     before = embedded.get("/v1/models/1").json()["current_version"]
 
     def broken(rt: Runtime, model_id: int) -> None:
@@ -47,5 +61,5 @@ def test_persistent_update_fault_fails_requests_with_the_reason(
     request_id = _submit(embedded, "owner-00004")
     deadline = time.monotonic() + 30
     while _state(embedded, request_id)["state"] != "completed":
-        assert time.monotonic() < deadline, _state(embedded, request_id)
+        assert time.monotonic() < deadline, (_state(embedded, request_id), embedded.get("/v1/models/1").json()["status"])
         time.sleep(0.05)
