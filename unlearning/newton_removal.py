@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Protocol
@@ -1070,7 +1071,7 @@ def predict_labels(W: torch.Tensor, features: torch.Tensor) -> np.ndarray:
     return logits.argmax(1).cpu().numpy()
 
 
-class NewtonMethodBase:
+class NewtonMethodBase(ABC):
     """The protocol functions every Newton method shares (budget, retrain policy, verification).
 
     Subclasses implement ``name``, ``request_kinds``, ``default_config``, ``fit`` and ``forget``.
@@ -1079,6 +1080,22 @@ class NewtonMethodBase:
     needs_training_data: ClassVar[bool] = True
     name: ClassVar[str] = "newton_base"
 
+    @abstractmethod
+    def default_config(self) -> dict[str, Any]:
+        """Every configuration key the method accepts, with its default."""
+
+
+    def _configs(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], NewtonConfig]:
+        """The defaults overlaid with ``config`` (the service's ``family`` key checked and dropped), and
+        the Newton settings they hold; unknown keys are an error naming them."""
+        merged = {**self.default_config(), **dict(config)}
+        family = merged.pop("family", "logistic_regression")  # the service passes the model family along
+        if family not in ("logistic_regression", "logistic_regression_ovr"):
+            raise InvalidConfigError(f"{self.name} trains a (one-vs-rest) logistic regression, not family {family!r}")
+        unknown = sorted(set(merged) - set(self.default_config()))
+        if unknown:
+            raise InvalidConfigError(f"unknown config keys for {self.name}: {unknown}")
+        return merged, NewtonConfig.from_mapping(merged)
 
     def restore_model(self, data: Mapping[str, Any]) -> NewtonModelSpec:
         """``MethodState.model`` from its ``to_dict()``."""

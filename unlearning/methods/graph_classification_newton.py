@@ -134,16 +134,6 @@ class GraphClassificationNewton(NewtonMethodBase):
         return {**NewtonConfig(lam=1e-2).to_dict(), "J": 4, "L": 3, "Q": 3, "nonlinear": True,
                 "signal": "auto", "max_degree": None}
 
-    def _configs(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], NewtonConfig]:
-        merged = {**self.default_config(), **dict(config)}
-        family = merged.pop("family", "logistic_regression")  # the service passes the model family along
-        if family not in ("logistic_regression", "logistic_regression_ovr"):
-            raise InvalidConfigError(f"{self.name} trains a (one-vs-rest) logistic regression, not family {family!r}")
-        unknown = sorted(set(merged) - set(self.default_config()))
-        if unknown:
-            raise InvalidConfigError(f"unknown config keys for {self.name}: {unknown}")
-        return merged, NewtonConfig.from_mapping(merged)
-
     # ----------------------------------------------------------------------------------------- fit
     def fit(
         self,

@@ -125,16 +125,10 @@ class GraphNodeNewton(NewtonMethodBase):
         """Digest 001 section 5.1 defaults: SGC, K = 2, lam 1e-2, alpha 0.1; the code's standardisation."""
         return {**NewtonConfig().to_dict(), "propagation": "sgc", "hops": 2, "normalization": "standardize"}
 
-    def _configs(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], NewtonConfig, PropagationSpec]:
-        merged = {**self.default_config(), **dict(config)}
-        family = merged.pop("family", "logistic_regression")  # the service passes the model family along
-        if family not in ("logistic_regression", "logistic_regression_ovr"):
-            raise InvalidConfigError(f"{self.name} trains a (one-vs-rest) logistic regression, not family {family!r}")
-        unknown = sorted(set(merged) - set(self.default_config()))
-        if unknown:
-            raise InvalidConfigError(f"unknown config keys for {self.name}: {unknown}")
+    def _node_configs(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], NewtonConfig, PropagationSpec]:
+        merged, cfg = self._configs(config)
         prop = PropagationSpec(str(merged["propagation"]), merged["hops"])  # type: ignore[arg-type]
-        return merged, NewtonConfig.from_mapping(merged), prop
+        return merged, cfg, prop
 
     # ----------------------------------------------------------------------------------------- fit
     def fit(
@@ -147,7 +141,7 @@ class GraphNodeNewton(NewtonMethodBase):
         policy: BudgetPolicy | None = None,
     ) -> tuple[MethodState, Certificate]:
         graph = _graph(dataset, "trains on")
-        merged, cfg, prop = self._configs(config)
+        merged, cfg, prop = self._node_configs(config)
         state = self._open_epoch(graph, merged, cfg, prop, privacy, seed, noise_seed=seed, epoch=0, retrains=0)
         if progress:
             progress("done", 1.0)
@@ -215,7 +209,7 @@ class GraphNodeNewton(NewtonMethodBase):
             raise InvalidConfigError(f"{self.name} needs the current graph to forget (remaining=...)")
         graph = _graph(remaining, "forgets from")
         acc = state.accounting
-        merged, cfg, prop = self._configs({**acc["config"], **acc["method_config"]})
+        merged, cfg, prop = self._node_configs({**acc["config"], **acc["method_config"]})
         row_nodes = state.artifacts["row_nodes"].cpu().numpy()
         weight_old = state.artifacts["row_weight"].to(torch.float64)
         self._check_matches(state, graph, row_nodes, weight_old)

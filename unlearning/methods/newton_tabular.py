@@ -152,16 +152,6 @@ class NewtonTabular(NewtonMethodBase):
         """Guo et al. / digest 001 defaults: lam 1e-2, alpha 0.1, tight residual bound, CG."""
         return {**NewtonConfig().to_dict(), "normalization": "clip", "intercept": 0.0}
 
-    def _configs(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], NewtonConfig]:
-        merged = {**self.default_config(), **dict(config)}
-        family = merged.pop("family", "logistic_regression")  # the service passes the model family along
-        if family not in ("logistic_regression", "logistic_regression_ovr"):
-            raise InvalidConfigError(f"{self.name} trains a (one-vs-rest) logistic regression, not family {family!r}")
-        unknown = sorted(set(merged) - set(self.default_config()))
-        if unknown:
-            raise InvalidConfigError(f"unknown config keys for {self.name}: {unknown}")
-        return merged, NewtonConfig.from_mapping(merged)
-
     # ----------------------------------------------------------------------------------------- fit
     def fit(
         self,
