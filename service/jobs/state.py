@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -32,6 +31,7 @@ from service.storage.tensors import decode_artifact, decode_weights
 from service.subjects import HashedIdSet, SubjectHasher
 from unlearning.data import Dataset
 from unlearning.methods.protocol import BudgetPolicy, MethodState, PrivacyTarget, StatisticsSnapshot
+from unlearning.serialization import json_restore, json_safe  # noqa: F401  (re-exported for the jobs)
 
 
 class BlobCache:
@@ -120,29 +120,6 @@ def write_training(artifacts: ArtifactStore, dataset: Dataset, max_buckets: int)
 
 
 # -- JSON, seeds, configuration ----------------------------------------------------------------
-
-
-def json_safe(value: Any) -> Any:
-    """Plain JSON (no NaN/inf, which Postgres JSONB refuses): non-finite floats become strings."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return json_safe(value.item())
-    return value
-
-
-def json_restore(value: Any) -> Any:
-    if value in ("inf", "-inf", "nan"):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: json_restore(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_restore(v) for v in value]
-    return value
 
 
 def derive_seed(*parts: object) -> int:

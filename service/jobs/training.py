@@ -24,7 +24,7 @@ from service.jobs.completion import finish
 from service.jobs.plans import Batch, plan_requests
 from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
 from service.jobs.updates import fail_request, mark_applied, record_erasure
-from service.jobs.versions import Release, erase_from_dataset, record_version, release_after_fit
+from service.jobs.versions import Release, erase_from_source, record_version, release_after_fit
 from unlearning.errors import UnlearningError
 from unlearning.methods.registry import get_method
 
@@ -217,17 +217,9 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
         batch = Batch([p for p in batch.plans if p.request.id in {r.id for r in requests}])
         for plan in batch.plans:
             plan.request = next(r for r in requests if r.id == plan.request.id)
-        dataset_row = uow.datasets.lock(model.dataset_id)
-        garbage = set()
-        if dataset_row is not None:
-            garbage = erase_from_dataset(
-                uow,
-                rt.cache,
-                dataset_row,
-                forgotten,
-                old_training=training,
-                new_training=release.training,
-            )
+        garbage = erase_from_source(
+            uow, rt.cache, model, forgotten, old_training=training, new_training=release.training
+        )
         version = record_version(
             uow,
             model,

@@ -37,7 +37,7 @@ from service.jobs.state import (
     policy_of,
     privacy_of,
 )
-from service.jobs.versions import erase_from_dataset, record_version, release_after_forget
+from service.jobs.versions import erase_from_source, record_version, release_after_forget
 from service.storage.statistics import HotStoreLost, RedisSampleStatistics
 from unlearning.data import Dataset
 from unlearning.errors import UnlearningError
@@ -311,17 +311,9 @@ def _record_update(
         rt.settings.max_buckets,
         staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
     )
-    dataset_row = uow.datasets.lock(model.dataset_id)
-    garbage = set()
-    if dataset_row is not None:
-        garbage = erase_from_dataset(
-            uow,
-            rt.cache,
-            dataset_row,
-            forgotten,
-            old_training=model.training,
-            new_training=release.training,
-        )
+    garbage = erase_from_source(
+        uow, rt.cache, model, forgotten, old_training=model.training, new_training=release.training
+    )
     version = record_version(
         uow,
         model,

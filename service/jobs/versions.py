@@ -193,6 +193,24 @@ def record_version(
     return version
 
 
+def erase_from_source(
+    uow: UnitOfWork,
+    cache: BlobCache,
+    model: Model,
+    forgotten: Mapping[str, str],
+    *,
+    old_training: Mapping[str, Any] | None,
+    new_training: Mapping[str, Any] | None,
+) -> set[str]:
+    """:func:`erase_from_dataset` on the model's source dataset, locked first (absent: nothing to do)."""
+    dataset_row = uow.datasets.lock(model.dataset_id)
+    if dataset_row is None:
+        return set()
+    return erase_from_dataset(
+        uow, cache, dataset_row, forgotten, old_training=old_training, new_training=new_training
+    )
+
+
 def erase_from_dataset(
     uow: UnitOfWork,
     cache: BlobCache,

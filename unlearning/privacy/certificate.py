@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from unlearning.serialization import json_restore, json_safe
 
 ReleaseMode = Literal["certified", "audited"]
 Guarantee = Literal["certified", "empirical", "none", "exact"]
@@ -54,31 +55,12 @@ class Certificate:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (infinities become the strings "inf" so strict JSON parsers accept it)."""
-        return _json_safe(asdict(self))
+        return json_safe(asdict(self))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Certificate:
-        return cls(**_json_restore(data))
+        return cls(**json_restore(data))
 
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def _json_restore(value: Any) -> Any:
-    if value in ("inf", "-inf", "nan"):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: _json_restore(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_restore(v) for v in value]
-    return value
