@@ -7,7 +7,7 @@ pieces they need) explicitly, so there are no module-level globals to patch in t
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork
@@ -18,6 +18,9 @@ from service.settings import Settings
 from service.storage.artifacts import LocalArtifactStore
 from service.storage.hot import HotStore, connect
 from service.subjects import SubjectHasher
+
+if TYPE_CHECKING:
+    from service.deletions.intake import DeletionIntake
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ class Runtime:
         self.cache = BlobCache(self.artifacts)
         self.queue: TaskQueue = self._make_queue()
         self.dispatcher = Dispatcher(self)
+        self._intake: DeletionIntake | None = None
         self._started = False
         self._users = 0
 
@@ -47,6 +51,15 @@ class Runtime:
 
     def uow(self) -> UnitOfWork:
         return UnitOfWork(self.sessions, publish=self.dispatcher.publish)
+
+    def deletion_intake(self) -> DeletionIntake:
+        """The group commit of deletion submissions (its thread runs in a started API process; unstarted,
+        each submission commits alone)."""
+        if self._intake is None:
+            from service.deletions.intake import DeletionIntake  # imports the jobs (torch): never at start-up
+
+            self._intake = DeletionIntake(self)
+        return self._intake
 
     def run_job(self, task: str, payload: dict[str, Any]) -> None:
         from service.jobs.registry import run
@@ -76,12 +89,16 @@ class Runtime:
             torch.set_num_threads(self.settings.torch_threads)
         self.queue.start()
         self.dispatcher.start()
+        if self.role == "api":
+            self.deletion_intake().start()
 
     def stop(self) -> None:
         self._users = max(self._users - 1, 0)
         if not self._started or self._users > 0:
             return
         self._started = False
+        if self._intake is not None:
+            self._intake.stop()
         self.dispatcher.stop()
         self.queue.stop()
         self.engine.dispose()

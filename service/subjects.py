@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Iterator, MutableSet
+from collections.abc import Callable, Iterable, Iterator, MutableSet
 
 
 class SubjectHasher:
@@ -39,9 +39,24 @@ class HashedIdSet(MutableSet[str]):
     Iterating yields hashes, never ids.
     """
 
-    def __init__(self, hasher: SubjectHasher, hashes: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        hasher: SubjectHasher,
+        hashes: Iterable[str] = (),
+        load: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
+        """``load``, when given, supplies the hashes on first use instead (a method that never looks at
+        ``deleted_ids``, like the Hessian-free one, never pays for reading them)."""
         self._hasher = hasher
-        self._hashes = set(hashes)
+        self._loaded: set[str] | None = None if load is not None else set(hashes)
+        self._load = load
+
+    @property
+    def _hashes(self) -> set[str]:
+        if self._loaded is None:
+            assert self._load is not None
+            self._loaded = set(self._load())
+        return self._loaded
 
     @classmethod
     def _from_iterable(cls, it: Iterable[str]) -> set[str]:  # type: ignore[override]

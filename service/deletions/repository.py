@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
+from service.db.base import utcnow
 from service.db.tables import DeletionRequest, RequestEvent, RequestSubject
 
 
@@ -20,10 +22,44 @@ class DeletionRepository:
         self.session.flush()
         return request
 
-    def add_all(self, requests: list[DeletionRequest]) -> None:
-        """Insert the requests (one batched INSERT ... RETURNING); their ids are set afterwards."""
-        self.session.add_all(requests)
-        self.session.flush()
+    def insert_many(self, rows: list[dict[str, Any]]) -> list[int]:
+        """Insert request rows (column -> value) in one batched INSERT ... RETURNING; their ids, in order.
+
+        Core rather than ORM objects: a burst inserts hundreds of requests, and the unit of work would
+        spend more time tracking them than the database spends storing them."""
+        if not rows:
+            return []
+        stmt = insert(DeletionRequest).returning(DeletionRequest.id, sort_by_parameter_order=True)
+        return list(self.session.scalars(stmt, rows))
+
+    def set_state(self, request_ids: Sequence[int], **values: Any) -> list[DeletionRequest]:
+        """One UPDATE for many requests (``state=...``, ``version_id=...``); returns the updated rows."""
+        if not request_ids:
+            return []
+        stmt = (
+            update(DeletionRequest)
+            .where(DeletionRequest.id.in_(list(request_ids)))
+            .values(updated_at=utcnow(), **values)
+            .returning(DeletionRequest)
+            .execution_options(populate_existing=True)
+        )
+        return list(self.session.scalars(stmt))
+
+    def complete_applied(self, model_id: int, version_id: int, at: datetime) -> list[DeletionRequest]:
+        """Every request of the model applied in ``version_id`` becomes completed (its plaintext subjects
+        dropped), in one locked UPDATE; returns them, oldest first."""
+        stmt = (
+            update(DeletionRequest)
+            .where(
+                DeletionRequest.model_id == model_id,
+                DeletionRequest.state == "applied",
+                DeletionRequest.version_id == version_id,
+            )
+            .values(state="completed", completed_at=at, subjects=None, updated_at=at)
+            .returning(DeletionRequest)
+            .execution_options(populate_existing=True)
+        )
+        return sorted(self.session.scalars(stmt), key=lambda r: r.id)
 
     def get(self, request_id: int) -> DeletionRequest | None:
         return self.session.get(DeletionRequest, request_id, populate_existing=True)
@@ -78,7 +114,16 @@ class DeletionRepository:
         return list(self.session.scalars(stmt))
 
     def add_event(self, request_id: int, state: str, at: datetime, detail: str | None = None) -> None:
-        self.session.add(RequestEvent(request_id=request_id, state=state, at=at, detail=detail))
+        self.add_events([(request_id, state, at, detail)])
+
+    def add_events(self, events: Sequence[tuple[int, str, datetime, str | None]]) -> None:
+        """(request id, state, at, detail) rows, inserted now and in this order (one executemany), so a
+        request's history reads back in the order its states were entered."""
+        if events:
+            self.session.execute(
+                insert(RequestEvent),
+                [{"request_id": r, "state": st, "at": at, "detail": d} for r, st, at, d in events],
+            )
 
     def events(self, request_id: int) -> list[RequestEvent]:
         return list(
@@ -98,11 +143,13 @@ class DeletionRepository:
                 out[ev.request_id].append(ev)
         return out
 
-    def add_subjects(self, request_id: int, hashes: dict[str, str]) -> None:
-        """``hashes``: subject hash -> kind ("sample" or "owner")."""
-        self.session.add_all(
-            RequestSubject(request_id=request_id, subject_hash=h, kind=k) for h, k in hashes.items()
-        )
+    def add_subjects(self, subjects: Sequence[tuple[int, str, str]]) -> None:
+        """(request id, subject hash, kind) rows; kind is "sample" or "owner"."""
+        if subjects:
+            self.session.execute(
+                insert(RequestSubject),
+                [{"request_id": r, "subject_hash": h, "kind": k} for r, h, k in subjects],
+            )
 
     def subjects(self, request_id: int) -> list[RequestSubject]:
         return list(

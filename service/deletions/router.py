@@ -55,23 +55,7 @@ def submit_deletion(
     """Answers 202 with the request id and ``expected_by``. Same Idempotency-Key and body: the original
     response again (header ``Idempotent-Replayed: true``); same key with another body: 422; the first
     request with the key still in flight: 409; no key: 400."""
-    outcome = idempotency.run(
-        rt.uow,
-        rt.hasher,
-        scope=f"deletions:{model_id}",
-        key=idempotency_key,
-        body=body.model_dump(mode="json"),
-        ttl_hours=rt.settings.idempotency_ttl_hours,
-        handler=lambda uow: (
-            202,
-            service.submit(uow, rt.hasher, model_id, body, rt.settings.deletion_sla_seconds).model_dump(
-                mode="json"
-            ),
-        ),
-    )
-    if not outcome.replayed:
-        request_update(rt, model_id)
-    return _respond(outcome)
+    return _respond(rt.deletion_intake().submit(model_id, idempotency_key, body))
 
 
 @router.post(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from service import metrics
 from service.audit.service import requests_chain
@@ -64,34 +65,34 @@ def submit_many(
     )
     now = utcnow()
     expected_by = _expected_by(model, now, sla_seconds)
-    results: list[DeletionAccepted | ApiError] = []
-    accepted: list[tuple[DeletionRequest, dict[str, str]]] = []
+    results: list[DeletionAccepted | ApiError | None] = []
+    accepted: list[tuple[dict[str, Any], dict[str, str]]] = []  # (request row, subject hash -> kind)
     for body, (owners, samples), (lost_owners, lost_samples) in zip(bodies, items, missing):
         if lost_owners or lost_samples:
             results.append(_missing_error(hasher, model_id, lost_owners, lost_samples, erased))
             continue
         covered = {s for o in owners for s in owner_samples[o]} | set(samples)
-        request = DeletionRequest(
-            model_id=model_id,
-            state="queued",
-            subjects={"owner_ids": owners, "sample_ids": samples},
-            num_samples=len(covered),
-            callback_url=str(body.callback_url) if body.callback_url else None,
-            callback_attempts=0,
-            expected_by=expected_by,
-            created_at=now,
-            updated_at=now,
-        )
+        row = {
+            "model_id": model_id,
+            "state": "queued",
+            "subjects": {"owner_ids": owners, "sample_ids": samples},
+            "num_samples": len(covered),
+            "callback_url": str(body.callback_url) if body.callback_url else None,
+            "callback_attempts": 0,
+            "expected_by": expected_by,
+            "created_at": now,
+            "updated_at": now,
+        }
         hashes = {hasher.owner(o): "owner" for o in owners} | {hasher.sample(s): "sample" for s in samples}
-        accepted.append((request, hashes))
-        results.append(request)  # type: ignore[arg-type]  # replaced by its DeletionAccepted below
+        accepted.append((row, hashes))
+        results.append(None)  # the DeletionAccepted, once the row has its id
     if not accepted:
-        return results
-    uow.deletions.add_all([r for r, _ in accepted])
-    for request, hashes in accepted:
-        uow.deletions.add_subjects(request.id, hashes)
-        uow.deletions.add_event(request.id, "received", now)
-        uow.deletions.add_event(request.id, "queued", now)
+        return [r for r in results if r is not None]
+    ids = uow.deletions.insert_many([row for row, _ in accepted])
+    uow.deletions.add_subjects(
+        [(rid, h, kind) for rid, (_, hashes) in zip(ids, accepted) for h, kind in hashes.items()]
+    )
+    uow.deletions.add_events([(rid, state, now, None) for rid in ids for state in ("received", "queued")])
     # Last: the chain head stays locked until the commit, so take it as late as possible.
     uow.audit.append_many(
         requests_chain(model_id),
@@ -99,18 +100,21 @@ def submit_many(
             {
                 "event_type": "deletion.received",
                 "model_id": model_id,
-                "request_id": r.id,
+                "request_id": rid,
                 "version_id": None,
-                "payload": {"subject_hashes": sorted(h), "num_samples": r.num_samples},
+                "payload": {"subject_hashes": sorted(hashes), "num_samples": row["num_samples"]},
             }
-            for r, h in accepted
+            for rid, (row, hashes) in zip(ids, accepted)
         ],
     )
     metrics.DELETIONS_RECEIVED.inc(len(accepted))
+    next_id = iter(ids)
     return [
-        DeletionAccepted(id=r.id, model_id=model_id, state="queued", expected_by=expected_by, created_at=now)
-        if isinstance(r, DeletionRequest)
-        else r
+        r
+        if r is not None
+        else DeletionAccepted(
+            id=next(next_id), model_id=model_id, state="queued", expected_by=expected_by, created_at=now
+        )
         for r in results
     ]
 

@@ -34,6 +34,28 @@ class IdempotencyRepository:
         )
         return bool(inserted)
 
+    def claim_many(self, keys: list[tuple[str, str, str]], expires_at: datetime) -> set[tuple[str, str]]:
+        """Insert ``(scope, key, fingerprint)`` rows as in flight in one statement; returns the (scope, key)
+        pairs inserted (a key that already exists is left as it is)."""
+        if not keys:
+            return set()
+        now = utcnow()
+        rows = [
+            {
+                "scope": scope,
+                "key": key,
+                "fingerprint": digest,
+                "status": "in_flight",
+                "created_at": now,
+                "expires_at": expires_at,
+            }
+            for scope, key, digest in keys
+        ]
+        inserted = insert_ignore(
+            self.session, IdempotencyKey, rows, returning=(IdempotencyKey.scope, IdempotencyKey.key)
+        )
+        return {(scope, key) for scope, key in inserted}
+
     def get(self, scope: str, key: str) -> IdempotencyKey | None:
         return self.session.get(IdempotencyKey, (scope, key), populate_existing=True)
 
@@ -44,6 +66,23 @@ class IdempotencyRepository:
             .values(status="done", response_status=status, response_body=body)
             .execution_options(synchronize_session=False)
         )
+
+    def complete_many(self, answers: list[tuple[str, str, int, dict[str, Any]]]) -> None:
+        """:meth:`complete` for many ``(scope, key, status, body)`` at once (one executemany)."""
+        if answers:
+            self.session.execute(
+                update(IdempotencyKey),
+                [
+                    {
+                        "scope": scope,
+                        "key": key,
+                        "status": "done",
+                        "response_status": status,
+                        "response_body": body,
+                    }
+                    for scope, key, status, body in answers
+                ],
+            )
 
     def release(self, scope: str, key: str) -> None:
         self.session.execute(

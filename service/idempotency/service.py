@@ -40,6 +40,21 @@ def fingerprint(hasher: SubjectHasher, body: Any) -> str:
     return hasher.fingerprint(canonical.encode())
 
 
+def check_key(key: str | None) -> str:
+    """The key, or the 400 of the draft when it is missing or malformed."""
+    if key is None:
+        raise BadRequest(
+            "the Idempotency-Key header is required: send a unique value (for example a UUID) with each new "
+            "deletion, and the same value when you retry it",
+            code="idempotency_key_missing",
+        )
+    if not _KEY.match(key):
+        raise BadRequest(
+            "the Idempotency-Key must be 1 to 255 visible ASCII characters", code="idempotency_key_invalid"
+        )
+    return key
+
+
 def run(
     new_uow: Callable[[], UnitOfWork],
     hasher: SubjectHasher,
@@ -52,16 +67,7 @@ def run(
 ) -> Outcome:
     """Run ``handler`` at most once per (scope, key); ``handler`` does the work in the given unit of work
     and returns (status, body); this function commits."""
-    if key is None:
-        raise BadRequest(
-            "the Idempotency-Key header is required: send a unique value (for example a UUID) with each new "
-            "deletion, and the same value when you retry it",
-            code="idempotency_key_missing",
-        )
-    if not _KEY.match(key):
-        raise BadRequest(
-            "the Idempotency-Key must be 1 to 255 visible ASCII characters", code="idempotency_key_invalid"
-        )
+    key = check_key(key)
     digest = fingerprint(hasher, body)
     replay = _claim(new_uow, scope, key, digest, ttl_hours)
     if replay is not None:

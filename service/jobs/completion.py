@@ -49,18 +49,16 @@ def finish(rt: Runtime, model_id: int, version_id: int) -> None:
         publish(rt, model_id, current)
         for digest in uow.refs.unreferenced(version.garbage):
             rt.artifacts.delete(digest)
-        requests = [r for r in uow.deletions.in_states(model_id, ["applied"]) if r.version_id == version_id]
+        now = utcnow()
+        # The plaintext ids are no longer needed anywhere: they go with the state change.
+        requests = uow.deletions.complete_applied(model_id, version_id, now)
         if not requests:
             return
-        now = utcnow()
-        for request in requests:
-            request.state = "completed"
-            request.completed_at = now
-            request.subjects = None  # the plaintext ids are no longer needed anywhere
-            uow.deletions.add_event(request.id, "completed", now)
-            if request.callback_url:
-                request.callback_state = "pending"
-                uow.outbox.add("deliver_callback", {"request_id": request.id, "attempt": 1})
+        uow.deletions.add_events([(r.id, "completed", now, None) for r in requests])
+        called = [r.id for r in requests if r.callback_url]
+        uow.deletions.set_state(called, callback_state="pending")
+        for request_id in called:
+            uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
         uow.audit.append_many(
             model_chain(model_id),
             [

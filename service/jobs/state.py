@@ -239,6 +239,8 @@ def load_state(
         statistics=stats,
         accounting=json_restore(dict(version.accounting)),
         artifacts={name: cache.artifact(digest) for name, digest in version.artifacts.items()},
-        deleted_ids=HashedIdSet(hasher, uow.models.erased_hashes(model.id, "sample", model.budget_epoch)),
+        deleted_ids=HashedIdSet(
+            hasher, load=lambda: uow.models.erased_hashes(model.id, "sample", model.budget_epoch)
+        ),
     )
     return state, stats

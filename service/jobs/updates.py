@@ -89,8 +89,12 @@ def apply_deletions(rt: Runtime, model_id: int) -> None:
         _failures[model_id] = _failures.get(model_id, 0) + 1
         if _failures[model_id] >= _MAX_CONSECUTIVE_FAILURES:
             _failures.pop(model_id, None)
-            _fail_queued(rt, model_id, f"the update failed {_MAX_CONSECUTIVE_FAILURES} times in a row "
-                                       f"({type(exc).__name__}: {exc}); the model stays on its current version")
+            _fail_queued(
+                rt,
+                model_id,
+                f"the update failed {_MAX_CONSECUTIVE_FAILURES} times in a row "
+                f"({type(exc).__name__}: {exc}); the model stays on its current version",
+            )
         raise
     _failures.pop(model_id, None)
 
@@ -416,12 +420,10 @@ def mark_applied(
     ``claimed_at`` (when the update took them) is recorded as their ``applying`` state; a retrain's
     requests went through ``retraining`` instead and pass None."""
     now = utcnow()
-    for request in requests:
-        request.state = "applied"
-        request.version_id = version_id
-        if claimed_at is not None:
-            uow.deletions.add_event(request.id, "applying", claimed_at)
-        uow.deletions.add_event(request.id, "applied", now, f"version {seq}")
+    ids = [r.id for r in requests]
+    uow.deletions.set_state(ids, state="applied", version_id=version_id)
+    applying = [(rid, "applying", claimed_at, None) for rid in ids] if claimed_at is not None else []
+    uow.deletions.add_events([*applying, *((rid, "applied", now, f"version {seq}") for rid in ids)])
     uow.audit.append_many(
         model_chain(model_id),
         [*first_events]

@@ -1,0 +1,211 @@
+"""Group commit of single deletion submissions.
+
+A deletion POST costs a transaction: claim its Idempotency-Key, validate its subjects, insert the
+request, its subjects and events, chain its audit event, store the response. One transaction per POST
+serialises every submission of a model on its audit chain head and spends most of its time in round
+trips. Here the request threads hand their submissions to one intake thread per process, which commits
+everything that is waiting in ONE transaction (the bulk paths of :func:`submit_many` and the idempotency
+repository), then answers each waiting thread. At low load a batch holds one submission and costs what
+a lone POST did; under load, batches grow and the cost per submission falls, so the queue drains instead
+of building up (the same idea as a database's group commit).
+
+The semantics of each POST are unchanged:
+- the key, the request rows and the stored response commit together or not at all;
+- a key already present (a retry, a reused key, a first request still in flight) takes the
+  one-at-a-time path of :func:`service.idempotency.service.run`, which replays or answers 409/422;
+- if the batched transaction fails for an unexpected reason, each submission is retried alone, so one
+  bad submission never fails the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from service.db.base import utcnow
+from service.deletions.schemas import DeletionIn
+from service.deletions.service import submit, submit_many
+from service.errors import ApiError
+from service.idempotency import service as idempotency
+from service.idempotency.service import Outcome
+from service.jobs.updates import request_update
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+_WAIT_SLICE_SECONDS = 1.0  # how often a waiting request thread checks that the intake thread lives
+
+
+def deletion_scope(model_id: int) -> str:
+    return f"deletions:{model_id}"
+
+
+@dataclass
+class _Submission:
+    model_id: int
+    key: str
+    digest: str
+    body: DeletionIn
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: Outcome | None = None
+    error: BaseException | None = None
+
+    @property
+    def scope(self) -> str:
+        return deletion_scope(self.model_id)
+
+    def resolve(self, outcome: Outcome | None = None, error: BaseException | None = None) -> None:
+        self.outcome, self.error = outcome, error
+        self.done.set()
+
+
+class DeletionIntake:
+    """One thread per process that commits waiting deletion submissions together."""
+
+    def __init__(self, rt: Runtime, max_batch: int = 500) -> None:
+        self._rt = rt
+        self._max_batch = max_batch
+        self._queue: queue.Queue[_Submission | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="lethe-deletion-intake", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def submit(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
+        """Accept (or replay, or reject) one submission; blocks until its transaction has committed."""
+        checked = idempotency.check_key(key)
+        digest = idempotency.fingerprint(self._rt.hasher, body.model_dump(mode="json"))
+        if self._thread is None:
+            return self._alone(_Submission(model_id, checked, digest, body))
+        item = _Submission(model_id, checked, digest, body)
+        self._queue.put(item)
+        while not item.done.wait(_WAIT_SLICE_SECONDS):
+            if self._thread is None or not self._thread.is_alive():
+                raise RuntimeError("the deletion intake stopped before answering; retry with the same key")
+        if item.error is not None:
+            raise item.error
+        assert item.outcome is not None
+        return item.outcome
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self._max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)  # stop after this batch
+                    break
+                batch.append(item)
+            self._commit(batch)
+
+    def _commit(self, batch: list[_Submission]) -> None:
+        try:
+            leftovers = self._commit_together(batch)
+        except Exception:  # isolate the culprit: each submission again, alone
+            log.warning(
+                "a batch of %d deletion submissions failed; retrying each alone", len(batch), exc_info=True
+            )
+            leftovers = [s for s in batch if not s.done.is_set()]
+        for item in leftovers:
+            self._run_alone(item)
+
+    def _run_alone(self, item: _Submission) -> None:
+        try:
+            item.resolve(outcome=self._alone(item))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting request thread
+            item.resolve(error=exc)
+
+    def _alone(self, item: _Submission) -> Outcome:
+        """The one-at-a-time path: a replay, a reused key, a key in flight, or a batch that failed."""
+        rt = self._rt
+        outcome = idempotency.run(
+            rt.uow,
+            rt.hasher,
+            scope=item.scope,
+            key=item.key,
+            body=item.body.model_dump(mode="json"),
+            ttl_hours=rt.settings.idempotency_ttl_hours,
+            handler=lambda uow: (
+                202,
+                submit(uow, rt.hasher, item.model_id, item.body, rt.settings.deletion_sla_seconds).model_dump(
+                    mode="json"
+                ),
+            ),
+        )
+        if not outcome.replayed:
+            request_update(rt, item.model_id)
+        return outcome
+
+    def _commit_together(self, batch: list[_Submission]) -> list[_Submission]:
+        """One transaction for every submission whose key is new; returns the others (keys seen before,
+        or named twice in this batch), which take the one-at-a-time path."""
+        rt = self._rt
+        firsts: dict[tuple[str, str], _Submission] = {}
+        for item in batch:
+            firsts.setdefault((item.scope, item.key), item)
+        expires = utcnow() + timedelta(hours=rt.settings.idempotency_ttl_hours)
+        answers: list[tuple[_Submission, int, dict[str, Any], ApiError | None]] = []
+        with rt.uow() as uow:
+            claimed = uow.idempotency.claim_many(
+                [(scope, key, item.digest) for (scope, key), item in firsts.items()], expires
+            )
+            mine = [item for pair, item in firsts.items() if pair in claimed]
+            for model_id, items in _by_model(mine).items():
+                answers.extend(_submit_model(rt, uow, model_id, items))
+            uow.idempotency.complete_many([(s.scope, s.key, status, body) for s, status, body, _ in answers])
+            uow.commit()
+        for model_id in {s.model_id for s, status, _, _ in answers if status == 202}:
+            request_update(rt, model_id)
+        for item, status, body, error in answers:
+            if error is not None:
+                item.resolve(error=error)
+            else:
+                item.resolve(outcome=Outcome(status, body, replayed=False))
+        answered = {id(s) for s, _, _, _ in answers}
+        return [item for item in batch if id(item) not in answered]
+
+
+def _by_model(items: list[_Submission]) -> dict[int, list[_Submission]]:
+    out: dict[int, list[_Submission]] = {}
+    for item in items:
+        out.setdefault(item.model_id, []).append(item)
+    return out
+
+
+def _submit_model(
+    rt: Runtime, uow: Any, model_id: int, items: list[_Submission]
+) -> list[tuple[_Submission, int, dict[str, Any], ApiError | None]]:
+    """(submission, status, stored response body, error to raise) for each of one model's submissions."""
+    try:
+        results = submit_many(
+            uow, rt.hasher, model_id, [s.body for s in items], rt.settings.deletion_sla_seconds
+        )
+    except ApiError as exc:  # about the model itself (unknown, failed): every submission gets it
+        return [(s, exc.status, exc.body(), exc) for s in items]
+    out: list[tuple[_Submission, int, dict[str, Any], ApiError | None]] = []
+    for item, result in zip(items, results):
+        if isinstance(result, ApiError):
+            out.append((item, result.status, result.body(), result))
+        else:
+            out.append((item, 202, result.model_dump(mode="json"), None))
+    return out
