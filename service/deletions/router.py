@@ -21,6 +21,7 @@ from service.deletions.schemas import (
 )
 from service.deps import ModelId, RequestId, RuntimeDep
 from service.errors import ApiError
+from service.graphs.requests import check_submissions, submit_checked
 from service.idempotency import service as idempotency
 from service.jobs.updates import request_update
 from service.models.service import get_model
@@ -54,7 +55,16 @@ def submit_deletion(
 ) -> JSONResponse:
     """Answers 202 with the request id and ``expected_by``. Same Idempotency-Key and body: the original
     response again (header ``Idempotent-Replayed: true``); same key with another body: 422; the first
-    request with the key still in flight: 409; no key: 400."""
+    request with the key still in flight: 409; no key: 400. Graph models also take ``edges``,
+    ``node_feature_ids``, ``graph_ids`` and ``graph_nodes``, checked against the remaining graph."""
+
+    def handler(uow: UnitOfWork) -> tuple[int, dict[str, Any]]:
+        (error,) = check_submissions(uow, rt.cache, rt.hasher, model_id, [body])  # graph items, request kinds
+        if error is not None:
+            raise error
+        accepted = service.submit(uow, rt.hasher, model_id, body, rt.settings.deletion_sla_seconds)
+        return 202, accepted.model_dump(mode="json")
+
     outcome = idempotency.run(
         rt.uow,
         rt.hasher,
@@ -62,12 +72,7 @@ def submit_deletion(
         key=idempotency_key,
         body=body.model_dump(mode="json"),
         ttl_hours=rt.settings.idempotency_ttl_hours,
-        handler=lambda uow: (
-            202,
-            service.submit(uow, rt.hasher, model_id, body, rt.settings.deletion_sla_seconds).model_dump(
-                mode="json"
-            ),
-        ),
+        handler=handler,
     )
     if not outcome.replayed:
         request_update(rt, model_id)
@@ -92,7 +97,11 @@ def submit_bulk(
 
     def handler(uow: UnitOfWork) -> tuple[int, dict[str, Any]]:
         results: list[BulkItem] = []
-        outcomes = service.submit_many(uow, rt.hasher, model_id, body.items, rt.settings.deletion_sla_seconds)
+        outcomes = submit_checked(  # graph items and request kinds first (service.graphs)
+            check_submissions(uow, rt.cache, rt.hasher, model_id, body.items),
+            body.items,
+            lambda items: service.submit_many(uow, rt.hasher, model_id, items, rt.settings.deletion_sla_seconds),
+        )
         for index, outcome in enumerate(outcomes):
             if isinstance(outcome, ApiError):
                 results.append(BulkItem(index=index, status=outcome.status, error=outcome.body()["error"]))

@@ -18,6 +18,7 @@ from service.deletions.schemas import (
     VersionRef,
 )
 from service.errors import ApiError, Conflict, NotFound, Unprocessable
+from service.graphs.requests import graph_hashes, graph_subjects
 from service.subjects import SubjectHasher
 
 _SHOWN = 5  # ids named in one error message
@@ -74,7 +75,7 @@ def submit_many(
         request = DeletionRequest(
             model_id=model_id,
             state="queued",
-            subjects={"owner_ids": owners, "sample_ids": samples},
+            subjects={"owner_ids": owners, "sample_ids": samples, **graph_subjects(body)},
             num_samples=len(covered),
             callback_url=str(body.callback_url) if body.callback_url else None,
             callback_attempts=0,
@@ -83,6 +84,7 @@ def submit_many(
             updated_at=now,
         )
         hashes = {hasher.owner(o): "owner" for o in owners} | {hasher.sample(s): "sample" for s in samples}
+        hashes |= graph_hashes(hasher, body)  # edges, node features, graphs (service.graphs)
         accepted.append((request, hashes))
         results.append(request)  # type: ignore[arg-type]  # replaced by its DeletionAccepted below
     if not accepted:
