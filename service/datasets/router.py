@@ -36,8 +36,6 @@ _RAW_TYPES = (
     "application/vnd.apache.parquet",
     "application/x-parquet",
     "application/gzip",
-    "application/json",
-    "text/plain",
 )
 
 _UPLOAD_BODY: dict[str, Any] = {
@@ -53,8 +51,6 @@ _UPLOAD_BODY: dict[str, Any] = {
             }
         },
         "text/csv": {"schema": {"type": "string", "format": "binary"}},
-        "application/json": {"schema": {"type": "string", "format": "binary"}},
-        "text/plain": {"schema": {"type": "string", "format": "binary"}},
         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
     },
 }
@@ -195,7 +191,7 @@ async def upload_dataset(
     ] = None,
     format: Annotated[
         Literal["csv", "npz", "parquet", "json", "tu"] | None,
-        Query(description="Default: from the file name (json: a node graph; tu: a graph collection)"),
+        Query(description="Default: from the file name (.json: a node graph); tu: a graph collection"),
     ] = None,
     id_column: Annotated[str, Query(pattern=_COLUMN)] = "sample_id",
     owner_column: Annotated[str, Query(pattern=_COLUMN)] = "owner_id",
@@ -218,8 +214,8 @@ async def upload_dataset(
 
     Graphs (docs/service.md): ``json`` one node-classification graph (``lethe.node_graph.v1``); ``npz`` the
     arrays of ``NodeGraph.save_npz`` (told apart from a table by its ``format`` entry); ``tu`` a graph
-    collection in the text format of IMDB-BINARY / PROTEINS (plain or gzip). The column parameters do not
-    apply to graphs."""
+    collection in the text format of IMDB-BINARY / PROTEINS (plain or gzip; pass ``format=tu``). The column
+    parameters do not apply to graphs."""
     options = service.UploadOptions(
         name=name,
         format=format,
@@ -234,7 +230,7 @@ async def upload_dataset(
     with tempfile.TemporaryDirectory(prefix="lethe-upload-") as tmp:
         path = Path(tmp) / "upload"
         filename, content_type = await _receive_file(request, path, rt.settings.max_upload_bytes)
-        graph_fmt = graphs.detect(format, filename, content_type)  # graph uploads (service.graphs)
+        graph_fmt = graphs.detect(format, filename)  # graph uploads (service.graphs)
         fmt = graph_fmt or service.detect_format(format, filename, content_type)
         shown = Path(filename).name if filename else f"upload.{fmt}"
         if graph_fmt or (fmt == "npz" and graphs.is_graph_npz(path)):

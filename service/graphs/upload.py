@@ -7,7 +7,12 @@ Formats (``POST /v1/datasets?format=...``; detected from the file name or conten
 * ``npz`` (``.npz``): a table, or a graph when the archive's ``format`` entry says
   ``lethe.node_graph.v1`` / ``lethe.graph_collection.v1`` (``NodeGraph.save_npz``); read with
   ``allow_pickle=False``;
-* ``tu`` (``.txt``, ``.txt.gz``): a graph collection in the text format of IMDB-BINARY and PROTEINS.
+* ``tu`` (named explicitly: ``format=tu``; plain or gzip): a graph collection in the text format of
+  IMDB-BINARY and PROTEINS.
+
+Raw bodies keep the table upload's content types (JSON and plain-text bodies are refused with 415 as
+before): send a graph as multipart (``file=@graph.json``) or as ``application/octet-stream`` with
+``format``.
 """
 
 from __future__ import annotations
@@ -46,7 +51,6 @@ from unlearning.errors import UnlearningError
 
 GRAPH_FORMATS = ("json", "tu")
 BUNDLED = ("cora", "imdb-binary", "proteins")
-_CONTENT_TYPES = {"application/json": "json", "text/plain": "tu"}
 _ID = re.compile(r"^[^\x00-\x1f\x7f]+$")
 _TU_HINT = (
     "expected the TU text format: the first line is the number of graphs; each graph is a line "
@@ -55,22 +59,16 @@ _TU_HINT = (
 )
 
 
-def detect(explicit: str | None, filename: str | None, content_type: str | None) -> str | None:
-    """The graph format named by the ``format`` parameter, the file name or the content type; None when
-    the upload is not a graph by name (an NPZ is told apart by its contents, :func:`is_graph_npz`)."""
+def detect(explicit: str | None, filename: str | None) -> str | None:
+    """The graph format named by the ``format`` parameter or the file name (``.json``, ``.json.gz``); None
+    when the upload is not a graph by name (an NPZ is told apart by its contents, :func:`is_graph_npz`; a
+    TU text file needs ``format=tu``)."""
     if explicit:
         return explicit if explicit in GRAPH_FORMATS else None
-    if filename:
-        suffixes = [s.lower() for s in Path(filename).suffixes]
-        if suffixes[-1:] == [".gz"]:
-            suffixes = suffixes[:-1]
-        if suffixes[-1:] == [".json"]:
-            return "json"
-        if suffixes[-1:] == [".txt"]:
-            return "tu"
-        if suffixes:
-            return None
-    return _CONTENT_TYPES.get((content_type or "").split(";")[0].strip().lower())
+    suffixes = [s.lower() for s in Path(filename).suffixes] if filename else []
+    if suffixes[-1:] == [".gz"]:
+        suffixes = suffixes[:-1]
+    return "json" if suffixes[-1:] == [".json"] else None
 
 
 def is_graph_npz(path: Path) -> bool:

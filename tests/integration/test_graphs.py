@@ -202,7 +202,9 @@ def _stored_graphs_digest(runtime: Runtime, dataset_id: int) -> str:
 
 def test_graph_collection_deletions_through_the_service(client: Client, runtime: Runtime) -> None:
     tag = f"c{uuid.uuid4().hex[:8]}"
-    r = client.http.post("/v1/datasets", files={"file": (f"{tag}.txt", _tu_text().encode(), "text/plain")})
+    r = client.http.post(
+        "/v1/datasets?format=tu", files={"file": (f"{tag}.txt", _tu_text().encode(), "text/plain")}
+    )
     assert r.status_code == 201, r.text
     dataset = r.json()
     assert dataset["kind"] == "graph_collection" and dataset["num_graphs"] == 30 and dataset["num_rows"] == 30

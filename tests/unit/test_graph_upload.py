@@ -118,13 +118,13 @@ def test_graph_npz_is_detected_and_never_unpickled(tmp_path: Path) -> None:
 
 
 def test_format_detection() -> None:
-    assert upload.detect(None, "x.json", None) == "json"
-    assert upload.detect(None, "x.JSON.gz", None) == "json"
-    assert upload.detect(None, "PROTEINS.txt", None) == "tu"
-    assert upload.detect(None, "x.csv.gz", None) is None
-    assert upload.detect(None, None, "application/json") == "json"
-    assert upload.detect("tu", "x.csv", None) == "tu"
-    assert upload.detect("csv", "x.json", None) is None
+    assert upload.detect(None, "x.json") == "json"
+    assert upload.detect(None, "x.JSON.gz") == "json"
+    assert upload.detect(None, "PROTEINS.txt") is None  # TU text: format=tu
+    assert upload.detect(None, "x.csv.gz") is None
+    assert upload.detect(None, None) is None
+    assert upload.detect("tu", "x.csv") == "tu"
+    assert upload.detect("csv", "x.json") is None
 
 
 def test_stored_graphs_round_trip_and_forget_erased_ids(tmp_path: Path) -> None:
