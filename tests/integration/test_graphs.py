@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from service.graphs.storage import decode_graph
 from service.runtime import Runtime
 from tests.integration.conftest import Client, key
+from unlearning.data.graphs import NodeGraph
 
 pytestmark = pytest.mark.integration
 
@@ -243,3 +245,31 @@ def test_bundled_graphs(client: Client) -> None:
     assert (r.json()["kind"], r.json()["num_graphs"], r.json()["num_rows"]) == ("graph_collection", 40, 40)
     _error(client.http.post("/v1/datasets/bundled", json={"name": "cora", "n": 100}), 422, "cora")
     assert "imdb-binary" in client.http.get("/v1/datasets/bundled").json()["names"]
+
+
+def test_two_models_on_one_graph_both_erase_from_the_dataset(
+    client: Client, runtime: Runtime, tmp_path: Path
+) -> None:
+    """An NPZ upload; the second model's deletions reach the dataset's graph even after the first model
+    replaced it (the items it already lost are skipped)."""
+    tag = f"m{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "g.npz"
+    NodeGraph.from_json(_node_graph(tag)).save_npz(path)
+    r = client.http.post("/v1/datasets", files={"file": ("g.npz", path.read_bytes(), "application/octet-stream")})
+    assert r.status_code == 201, r.text
+    assert r.json()["kind"] == "node_graph" and r.json()["format"] == "npz"
+    dataset_id = r.json()["id"]
+    first, second = (_register(client, dataset_id, "graph_node_newton") for _ in range(2))
+    client.ready(first, timeout=180)
+    client.ready(second, timeout=180)
+    n = lambda i: f"{tag}-n{i}"
+    _forget(client, first, 2, edges=[[n(2), n(3)]])
+    _forget(client, second, 2, edges=[[n(2), n(3)]], sample_ids=[n(20)])
+    with runtime.uow() as uow:
+        arrays = uow.datasets.get(dataset_id).arrays
+    graph = decode_graph(runtime.artifacts.get(arrays["buckets"]["graph"]))
+    assert n(20) not in graph.node_ids and n(21) in graph.node_ids
+    with pytest.raises(Exception, match="not in graph"):
+        graph.edge_positions([(n(2), n(3))])
+    got = client.http.get(f"/v1/datasets/{dataset_id}").json()
+    assert got["num_rows"] == 59 and got["erased_rows"] == 1
