@@ -18,6 +18,7 @@ from service.datasets.schemas import BUNDLED, BundledDatasetIn, BundledList, Dat
 from service.db.tables import Dataset as DatasetRow
 from service.deps import DatasetId, RuntimeDep
 from service.errors import BadRequest, NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType
+from service.graphs import upload as graphs
 from service.runtime import Runtime
 from service.schemas import MAX_DB_INT, error_responses
 from unlearning.data import Dataset
@@ -44,7 +45,9 @@ _UPLOAD_BODY: dict[str, Any] = {
             "schema": {
                 "type": "object",
                 "required": ["file"],
-                "properties": {"file": {"type": "string", "format": "binary", "description": "the table"}},
+                "properties": {
+                    "file": {"type": "string", "format": "binary", "description": "the table or graph"}
+                },
             }
         },
         "text/csv": {"schema": {"type": "string", "format": "binary"}},
@@ -64,6 +67,7 @@ def _out(row: DatasetRow) -> DatasetOut:
         feature_shape=row.feature_shape,
         erased_rows=row.erased_rows,
         created_at=row.created_at,
+        **graphs.out_fields(row.arrays),
     )
 
 
@@ -164,11 +168,18 @@ def _store(rt: Runtime, dataset: Dataset, *, source: str, fmt: str, name: str) -
     return _out(row)
 
 
+def _store_graph(rt: Runtime, graph: graphs.AnyGraph, *, source: str, fmt: str, name: str) -> DatasetOut:
+    with rt.uow() as uow:
+        row = graphs.store(uow, rt.artifacts, graph, source=source, fmt=fmt, name=name)
+        uow.commit()
+    return _out(row)
+
+
 @router.post(
     "",
     status_code=201,
     response_model=DatasetOut,
-    summary="Upload a dataset (CSV, CSV.gz, NPZ or Parquet)",
+    summary="Upload a dataset (CSV, CSV.gz, NPZ or Parquet; graphs: JSON, NPZ or TU text)",
     openapi_extra={"requestBody": _UPLOAD_BODY},
     responses=error_responses(400, 413, 415, 422),
 )
@@ -179,7 +190,8 @@ async def upload_dataset(
         str | None, Query(pattern=_COLUMN, description="Dataset name; default: the file name")
     ] = None,
     format: Annotated[
-        Literal["csv", "npz", "parquet"] | None, Query(description="Default: from the file name")
+        Literal["csv", "npz", "parquet", "json", "tu"] | None,
+        Query(description="Default: from the file name (.json: a node graph); tu: a graph collection"),
     ] = None,
     id_column: Annotated[str, Query(pattern=_COLUMN)] = "sample_id",
     owner_column: Annotated[str, Query(pattern=_COLUMN)] = "owner_id",
@@ -198,7 +210,12 @@ async def upload_dataset(
     """Columns: a sample id, an owner id, a label, and numeric features (every other column unless
     ``feature_columns`` names them). NPZ: arrays ``features``, ``labels`` and optionally ``sample_ids``,
     ``owner_ids`` (unicode), ``num_classes``; never unpickled. The body is streamed to disk and cut off at
-    ``LETHE_MAX_UPLOAD_BYTES`` (413)."""
+    ``LETHE_MAX_UPLOAD_BYTES`` (413).
+
+    Graphs (docs/service.md): ``json`` one node-classification graph (``lethe.node_graph.v1``); ``npz`` the
+    arrays of ``NodeGraph.save_npz`` (told apart from a table by its ``format`` entry); ``tu`` a graph
+    collection in the text format of IMDB-BINARY / PROTEINS (plain or gzip; pass ``format=tu``). The column
+    parameters do not apply to graphs."""
     options = service.UploadOptions(
         name=name,
         format=format,
@@ -213,8 +230,14 @@ async def upload_dataset(
     with tempfile.TemporaryDirectory(prefix="lethe-upload-") as tmp:
         path = Path(tmp) / "upload"
         filename, content_type = await _receive_file(request, path, rt.settings.max_upload_bytes)
-        fmt = service.detect_format(format, filename, content_type)
+        graph_fmt = graphs.detect(format, filename)  # graph uploads (service.graphs)
+        fmt = graph_fmt or service.detect_format(format, filename, content_type)
         shown = Path(filename).name if filename else f"upload.{fmt}"
+        if graph_fmt or (fmt == "npz" and graphs.is_graph_npz(path)):
+            graph = await run_in_threadpool(
+                graphs.parse, path, fmt, shown, name, rt.settings.max_decompressed_bytes
+            )
+            return await run_in_threadpool(_store_graph, rt, graph, source="upload", fmt=fmt, name=graph.name)
         dataset = await run_in_threadpool(
             service.parse_upload, path, fmt, shown, options, rt.settings.max_decompressed_bytes
         )
@@ -234,6 +257,9 @@ def bundled_names() -> BundledList:
     responses=error_responses(404, 422),
 )
 def create_bundled(body: BundledDatasetIn, rt: RuntimeDep) -> DatasetOut:
+    if body.name in graphs.BUNDLED:  # cora, imdb-binary, proteins (service.graphs)
+        graph = graphs.load_bundled(body.name, body.n, body.seed, body.samples_per_owner)
+        return _store_graph(rt, graph, source="bundled", fmt="bundled", name=body.display_name or graph.name)
     dataset = service.load_bundled(body)
     return _store(rt, dataset, source="bundled", fmt="bundled", name=body.display_name or dataset.name)
 

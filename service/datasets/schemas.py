@@ -9,17 +9,35 @@ from pydantic import BaseModel, Field
 
 from service.schemas import Name, Strict
 
-BUNDLED = ("digits", "breast_cancer", "wine", "iris", "mnist", "synthetic")
+BUNDLED = (
+    "digits",
+    "breast_cancer",
+    "wine",
+    "iris",
+    "mnist",
+    "synthetic",
+    "cora",
+    "imdb-binary",
+    "proteins",
+)
 
 
 class BundledDatasetIn(Strict):
-    name: Literal["digits", "breast_cancer", "wine", "iris", "mnist", "synthetic"] = Field(
-        description="digits, breast_cancer, wine, iris (scikit-learn), mnist (the shared IDX files), synthetic"
+    name: Literal[
+        "digits", "breast_cancer", "wine", "iris", "mnist", "synthetic", "cora", "imdb-binary", "proteins"
+    ] = Field(
+        description="digits, breast_cancer, wine, iris (scikit-learn), mnist (the shared IDX files), synthetic; "
+        "graphs: cora (one node graph), imdb-binary and proteins (graph collections)"
     )
-    n: int | None = Field(None, ge=10, le=100_000, description="Draw this many rows (seeded); default all")
+    n: int | None = Field(
+        None,
+        ge=10,
+        le=100_000,
+        description="Draw this many rows (graph collections: graphs) (seeded); default all",
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1)
     samples_per_owner: int = Field(
-        1, ge=1, le=1000, description="Rows per owner (owner-00000, owner-00001, ...)"
+        1, ge=1, le=1000, description="Rows (nodes, graphs) per owner (owner-00000, owner-00001, ...)"
     )
     display_name: Name | None = Field(None, description="Name to show; defaults to the dataset's name")
 
@@ -29,11 +47,21 @@ class DatasetOut(BaseModel):
     name: str
     source: Literal["upload", "bundled"]
     format: str
-    num_rows: int = Field(description="Rows still stored (erased subjects' rows are removed)")
+    num_rows: int = Field(
+        description="Rows still stored (erased subjects' rows are removed); graphs: live nodes, or graphs"
+    )
     num_classes: int
     feature_shape: list[int]
     erased_rows: int
     created_at: datetime
+    kind: Literal["table", "node_graph", "graph_collection"] = Field(
+        "table", description="A table, one node-classification graph, or a collection of graphs"
+    )
+    num_nodes: int | None = Field(
+        None, description="Graphs: nodes stored (erased nodes stay as empty tombstones)"
+    )
+    num_edges: int | None = Field(None, description="Graphs: undirected edges")
+    num_graphs: int | None = Field(None, description="Graph collections: graphs")
 
 
 class DatasetList(BaseModel):

@@ -61,7 +61,8 @@ def detect_format(explicit: str | None, filename: str | None, content_type: str 
         return _CONTENT_TYPES[kind]
     raise UnsupportedMediaType(
         f"cannot tell the file format from name {filename!r} and content type {content_type!r}: "
-        "upload a .csv, .csv.gz, .npz or .parquet file, or pass format=csv|npz|parquet"
+        "upload a .csv, .csv.gz, .npz or .parquet file, or pass format=csv|npz|parquet (graphs: a .json node "
+        "graph, or format=tu for a TU text graph collection)"
     )
 
 

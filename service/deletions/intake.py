@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.db.base import utcnow
 from service.deletions.schemas import DeletionIn
-from service.deletions.service import submit, submit_many
+from service.deletions.service import accept_many, submit
 from service.errors import ApiError
 from service.idempotency import service as idempotency
 from service.idempotency.service import Outcome
@@ -147,9 +147,9 @@ class DeletionIntake:
             ttl_hours=rt.settings.idempotency_ttl_hours,
             handler=lambda uow: (
                 202,
-                submit(uow, rt.hasher, item.model_id, item.body, rt.settings.deletion_sla_seconds).model_dump(
-                    mode="json"
-                ),
+                submit(
+                    uow, rt.cache, rt.hasher, item.model_id, item.body, rt.settings.deletion_sla_seconds
+                ).model_dump(mode="json"),
             ),
         )
         if not outcome.replayed:
@@ -197,8 +197,8 @@ def _submit_model(
 ) -> list[tuple[_Submission, int, dict[str, Any], ApiError | None]]:
     """(submission, status, stored response body, error to raise) for each of one model's submissions."""
     try:
-        results = submit_many(
-            uow, rt.hasher, model_id, [s.body for s in items], rt.settings.deletion_sla_seconds
+        results = accept_many(
+            uow, rt.cache, rt.hasher, model_id, [s.body for s in items], rt.settings.deletion_sla_seconds
         )
     except ApiError as exc:  # about the model itself (unknown, failed): every submission gets it
         return [(s, exc.status, exc.body(), exc) for s in items]

@@ -54,7 +54,8 @@ def submit_deletion(
 ) -> JSONResponse:
     """Answers 202 with the request id and ``expected_by``. Same Idempotency-Key and body: the original
     response again (header ``Idempotent-Replayed: true``); same key with another body: 422; the first
-    request with the key still in flight: 409; no key: 400."""
+    request with the key still in flight: 409; no key: 400. Graph models also take ``edges``,
+    ``node_feature_ids``, ``graph_ids`` and ``graph_nodes``, checked against the remaining graph."""
     return _respond(rt.deletion_intake().submit(model_id, idempotency_key, body))
 
 
@@ -76,7 +77,9 @@ def submit_bulk(
 
     def handler(uow: UnitOfWork) -> tuple[int, dict[str, Any]]:
         results: list[BulkItem] = []
-        outcomes = service.submit_many(uow, rt.hasher, model_id, body.items, rt.settings.deletion_sla_seconds)
+        outcomes = service.accept_many(
+            uow, rt.cache, rt.hasher, model_id, body.items, rt.settings.deletion_sla_seconds
+        )
         for index, outcome in enumerate(outcomes):
             if isinstance(outcome, ApiError):
                 results.append(BulkItem(index=index, status=outcome.status, error=outcome.body()["error"]))

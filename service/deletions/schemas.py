@@ -11,6 +11,9 @@ from service.schemas import Strict, SubjectId
 
 MAX_IDS = 10_000
 
+Pair = Annotated[list[SubjectId], Field(min_length=2, max_length=2)]
+"""Two ids: an edge [node id, node id], or a node inside a graph [graph id, node id]."""
+
 CallbackUrl = Annotated[AnyHttpUrl, UrlConstraints(max_length=2000, allowed_schemes=["http", "https"])]
 
 State = Literal[
@@ -31,7 +34,29 @@ class DeletionIn(Strict):
         default_factory=list, max_length=MAX_IDS, description="Forget every sample of these owners"
     )
     sample_ids: list[SubjectId] = Field(
-        default_factory=list, max_length=MAX_IDS, description="Forget these samples"
+        default_factory=list,
+        max_length=MAX_IDS,
+        description="Forget these samples (a node graph: nodes, with their features and edges; a graph "
+        "collection: whole graphs)",
+    )
+    edges: list[Pair] = Field(
+        default_factory=list,
+        max_length=MAX_IDS,
+        description="Node graphs: forget these undirected edges, each a [node id, node id] pair",
+    )
+    node_feature_ids: list[SubjectId] = Field(
+        default_factory=list,
+        max_length=MAX_IDS,
+        description="Node graphs: forget these nodes' features and labels (their edges stay)",
+    )
+    graph_ids: list[SubjectId] = Field(
+        default_factory=list, max_length=MAX_IDS, description="Graph collections: forget these whole graphs"
+    )
+    graph_nodes: list[Pair] = Field(
+        default_factory=list,
+        max_length=MAX_IDS,
+        description="Graph collections: forget these nodes inside graphs, each a [graph id, node id] pair "
+        "(the node's tag, attributes and edges)",
     )
     callback_url: CallbackUrl | None = Field(
         None, description="POSTed the outcome once the request ends (http or https)"
@@ -39,8 +64,18 @@ class DeletionIn(Strict):
 
     @model_validator(mode="after")
     def _names_something(self) -> DeletionIn:
-        if not self.owner_ids and not self.sample_ids:
-            raise ValueError("name at least one owner id (owner_ids) or sample id (sample_ids) to forget")
+        if not (
+            self.owner_ids
+            or self.sample_ids
+            or self.edges
+            or self.node_feature_ids
+            or self.graph_ids
+            or self.graph_nodes
+        ):
+            raise ValueError(
+                "name at least one owner id (owner_ids) or sample id (sample_ids) to forget (graph models also "
+                "take edges, node_feature_ids, graph_ids or graph_nodes)"
+            )
         return self
 
 

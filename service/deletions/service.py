@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service import metrics
 from service.audit.service import requests_chain
@@ -19,19 +19,45 @@ from service.deletions.schemas import (
     VersionRef,
 )
 from service.errors import ApiError, Conflict, NotFound, Unprocessable
+from service.graphs.requests import check_submissions, graph_hashes, graph_subjects, submit_checked
 from service.subjects import SubjectHasher
+
+if TYPE_CHECKING:
+    from service.jobs.state import BlobCache
 
 _SHOWN = 5  # ids named in one error message
 
 
 def submit(
-    uow: UnitOfWork, hasher: SubjectHasher, model_id: int, body: DeletionIn, sla_seconds: float
+    uow: UnitOfWork,
+    cache: BlobCache,
+    hasher: SubjectHasher,
+    model_id: int,
+    body: DeletionIn,
+    sla_seconds: float,
 ) -> DeletionAccepted:
-    """One request: :func:`submit_many` with one item, its error raised."""
-    (result,) = submit_many(uow, hasher, model_id, [body], sla_seconds)
+    """One request: :func:`accept_many` with one item, its error raised."""
+    (result,) = accept_many(uow, cache, hasher, model_id, [body], sla_seconds)
     if isinstance(result, ApiError):
         raise result
     return result
+
+
+def accept_many(
+    uow: UnitOfWork,
+    cache: BlobCache,
+    hasher: SubjectHasher,
+    model_id: int,
+    bodies: list[DeletionIn],
+    sla_seconds: float,
+) -> list[DeletionAccepted | ApiError]:
+    """Graph items and request kinds checked first (:mod:`service.graphs`), then :func:`submit_many` on the
+    requests that passed; results in request order."""
+    return submit_checked(
+        check_submissions(uow, cache, hasher, model_id, bodies),
+        bodies,
+        lambda items: submit_many(uow, hasher, model_id, items, sla_seconds),
+    )
 
 
 def submit_many(
@@ -75,7 +101,7 @@ def submit_many(
         row = {
             "model_id": model_id,
             "state": "queued",
-            "subjects": {"owner_ids": owners, "sample_ids": samples},
+            "subjects": {"owner_ids": owners, "sample_ids": samples, **graph_subjects(body)},
             "num_samples": len(covered),
             "callback_url": str(body.callback_url) if body.callback_url else None,
             "callback_attempts": 0,
@@ -84,6 +110,7 @@ def submit_many(
             "updated_at": now,
         }
         hashes = {hasher.owner(o): "owner" for o in owners} | {hasher.sample(s): "sample" for s in samples}
+        hashes |= graph_hashes(hasher, body)  # edges, node features, graphs (service.graphs)
         accepted.append((row, hashes))
         results.append(None)  # the DeletionAccepted, once the row has its id
     if not accepted:

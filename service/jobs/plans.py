@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from service.db.tables import DeletionRequest
 from service.db.uow import UnitOfWork
+from service.graphs.requests import GraphItems, plan_graph_items, with_graph_items
 from unlearning.methods.protocol import ForgetRequest
 
 
@@ -25,6 +26,7 @@ class RequestPlan:
     samples: dict[str, str] = field(
         default_factory=dict
     )  # sample id -> owner id, newly covered by this request
+    graph: GraphItems = field(default_factory=GraphItems)  # edges, node features, graphs (service.graphs)
 
 
 @dataclass
@@ -46,7 +48,8 @@ class Batch:
         owners = self.owners
         owner_set = set(owners)
         explicit = [s for s, o in self.samples.items() if o not in owner_set]
-        return ForgetRequest(sample_ids=tuple(explicit), owner_ids=tuple(owners))
+        request = ForgetRequest(sample_ids=tuple(explicit), owner_ids=tuple(owners))
+        return with_graph_items(request, [p.graph for p in self.plans])
 
     def request_of(self) -> dict[str, int]:
         """sample id -> id of the request it is attributed to."""
@@ -79,4 +82,5 @@ def plan_requests(uow: UnitOfWork, model_id: int, requests: Sequence[DeletionReq
                 covered.add(sid)
                 plan.samples[sid] = sample_owner[sid]
         plans.append(plan)
+    plan_graph_items(uow, model_id, plans, covered)  # graph requests (service.graphs)
     return plans

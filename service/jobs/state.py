@@ -23,6 +23,7 @@ import torch
 
 from service.db.tables import Model, ModelVersion
 from service.db.uow import UnitOfWork
+from service.graphs.storage import decode_graph, graph_digest, graph_nbytes, is_graph
 from service.storage.artifacts import ArtifactStore
 from service.storage.buckets import Bucket, bucket_count, decode_bucket, drop_rows, read_rows, write_buckets
 from service.storage.hot import HotStore
@@ -82,8 +83,17 @@ class BlobCache:
         """:func:`service.storage.buckets.drop_rows` reading and remembering buckets through this cache."""
         return drop_rows(self._artifacts, self.bucket, manifest, removed, self.remember_bucket)
 
-    def dataset(self, manifest: Mapping[str, Any]) -> Dataset:
-        """The arrays a training manifest names, as a Dataset in their original row order."""
+    @property
+    def store(self) -> ArtifactStore:
+        """The artifact store this cache reads (graph erasure writes through it)."""
+        return self._artifacts
+
+    def dataset(self, manifest: Mapping[str, Any]) -> Any:
+        """The arrays a training manifest names, as a Dataset in their original row order (a graph
+        manifest: the NodeGraph or GraphCollection, service.graphs)."""
+        if is_graph(manifest):
+            digest = graph_digest(manifest)
+            return self._get("graph", digest, lambda: decode_graph(self._artifacts.get(digest)), graph_nbytes)
         key = json.dumps(manifest["buckets"], sort_keys=True)
         load = lambda: _assemble(read_rows(self.bucket, manifest), manifest)
         return self._get("dataset", key, load, lambda d: d.features.nbytes)  # type: ignore[no-any-return]

@@ -20,6 +20,8 @@ from service.audit.service import model_chain
 from service.db.base import utcnow
 from service.db.tables import LedgerEntry, Model
 from service.db.uow import UnitOfWork
+from service.graphs.erasure import retrain_graph
+from service.graphs.storage import is_graph, sample_count
 from service.jobs.completion import finish
 from service.jobs.plans import Batch, plan_requests
 from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
@@ -77,7 +79,7 @@ def _fit(rt: Runtime, model: Model, training: dict[str, Any], seed: int) -> tupl
     if problems:
         raise RuntimeError("the certificate of the trained model did not verify: " + "; ".join(problems))
     release = release_after_fit(
-        rt.artifacts, state, certificate, training, len(dataset), rt.settings.max_buckets
+        rt.artifacts, state, certificate, training, sample_count(dataset), rt.settings.max_buckets
     )
     return release, certificate
 
@@ -197,12 +199,16 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
             },
         )
         training = model.training
+        request = batch.forget_request()
         uow.commit()
     started = time.perf_counter()
     try:
         if training is None:
             raise UnlearningError("the model has no training data left to retrain on")
-        remaining = rt.cache.drop_rows(training, forgotten)[0]
+        if is_graph(training):  # graph datasets (service.graphs): the graph without the waiting items
+            remaining = retrain_graph(rt.artifacts, rt.cache, training, request)
+        else:
+            remaining = rt.cache.drop_rows(training, forgotten)[0]
         if not remaining["buckets"]:
             raise UnlearningError("these deletions would leave no training data: nothing to retrain on")
         release, certificate = _fit(rt, model, remaining, derive_seed(model.seed, "retrain", epoch))
@@ -218,7 +224,13 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
         for plan in batch.plans:
             plan.request = next(r for r in requests if r.id == plan.request.id)
         garbage = erase_from_source(
-            uow, rt.cache, model, forgotten, old_training=training, new_training=release.training
+            uow,
+            rt.cache,
+            model,
+            forgotten,
+            old_training=training,
+            new_training=release.training,
+            request=request,
         )
         version = record_version(
             uow,

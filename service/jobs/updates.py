@@ -305,6 +305,7 @@ def _record_update(
             len(batch.samples),
         )
     cert = outcome.certificate
+    request = batch.forget_request()  # graphs: the stored graph loses exactly these items (service.graphs)
     release = release_after_forget(
         rt.artifacts,
         rt.cache,
@@ -314,9 +315,16 @@ def _record_update(
         forgotten,
         rt.settings.max_buckets,
         staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
+        request=request,
     )
     garbage = erase_from_source(
-        uow, rt.cache, model, forgotten, old_training=model.training, new_training=release.training
+        uow,
+        rt.cache,
+        model,
+        forgotten,
+        old_training=model.training,
+        new_training=release.training,
+        request=request,
     )
     version = record_version(
         uow,

@@ -23,11 +23,13 @@ from service.db.base import utcnow
 from service.db.tables import Dataset as DatasetRow
 from service.db.tables import Model, ModelVersion
 from service.db.uow import UnitOfWork
+from service.graphs.erasure import erase_graph_from_dataset, forget_graph
+from service.graphs.storage import is_graph
 from service.jobs.state import BlobCache, json_safe, write_statistics
 from service.storage.artifacts import ArtifactStore
 from service.storage.buckets import digests
 from service.storage.tensors import encode_artifact, encode_weights
-from unlearning.methods.protocol import MethodState
+from unlearning.methods.protocol import ForgetRequest, MethodState
 from unlearning.privacy.certificate import Certificate
 
 
@@ -97,12 +99,18 @@ def release_after_forget(
     forgotten: Mapping[str, str],
     max_buckets: int,
     staged: bool,
+    request: ForgetRequest | None = None,
 ) -> Release:
     """``forgotten``: sample id -> owner id. ``staged``: the statistics removals are the service's own
     (RedisSampleStatistics), so only the affected statistics buckets are rewritten; otherwise the method
-    replaced the statistics object and its whole snapshot is written again."""
+    replaced the statistics object and its whole snapshot is written again. ``request``: the batch's
+    ForgetRequest (a graph's remaining graph is the stored graph after it)."""
     released, clean, spec, own = write_state(artifacts, state)
-    training = cache.drop_rows(model.training, forgotten)[0] if model.training else None
+    train_size = model.train_size - len(forgotten)
+    if is_graph(model.training):  # graph datasets (service.graphs): the remaining graph, rewritten whole
+        training, train_size = forget_graph(artifacts, cache, model.training, request)
+    else:
+        training = cache.drop_rows(model.training, forgotten)[0] if model.training else None
     statistics = model.statistics
     if state.statistics is not None and model.statistics is not None and staged:
         statistics = cache.drop_rows(model.statistics, forgotten)[0]
@@ -116,7 +124,7 @@ def release_after_forget(
         artifacts=own,
         certificate=certificate.to_dict(),
         training=training if training and training["buckets"] else None,
-        train_size=model.train_size - len(forgotten),
+        train_size=train_size,
         statistics=statistics,
     )
 
@@ -201,13 +209,20 @@ def erase_from_source(
     *,
     old_training: Mapping[str, Any] | None,
     new_training: Mapping[str, Any] | None,
+    request: ForgetRequest | None = None,
 ) -> set[str]:
     """:func:`erase_from_dataset` on the model's source dataset, locked first (absent: nothing to do)."""
     dataset_row = uow.datasets.lock(model.dataset_id)
     if dataset_row is None:
         return set()
     return erase_from_dataset(
-        uow, cache, dataset_row, forgotten, old_training=old_training, new_training=new_training
+        uow,
+        cache,
+        dataset_row,
+        forgotten,
+        old_training=old_training,
+        new_training=new_training,
+        request=request,
     )
 
 
@@ -219,6 +234,7 @@ def erase_from_dataset(
     *,
     old_training: Mapping[str, Any] | None,
     new_training: Mapping[str, Any] | None,
+    request: ForgetRequest | None = None,
 ) -> set[str]:
     """Remove the forgotten samples from the dataset's own stored arrays; returns the blobs released.
 
@@ -228,6 +244,16 @@ def erase_from_dataset(
     """
     if dataset_row.arrays is None:
         return set()
+    if is_graph(dataset_row.arrays):  # graph datasets (service.graphs): the graph loses the same items
+        return erase_graph_from_dataset(
+            uow,
+            cache,
+            dataset_row,
+            request,
+            holder=dataset_holder(dataset_row.id),
+            old_training=old_training,
+            new_training=new_training,
+        )
     if old_training is not None and dataset_row.arrays["buckets"] == old_training["buckets"]:
         arrays = dict(new_training) if new_training else None
     else:

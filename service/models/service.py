@@ -13,6 +13,8 @@ from service.audit.service import model_chain
 from service.db.tables import Model, ModelVersion
 from service.db.uow import UnitOfWork
 from service.errors import Conflict, NotFound, Unprocessable, from_unlearning_error
+from service.graphs.models import check_method_data
+from service.graphs.storage import subjects_of
 from service.jobs.state import BlobCache
 from service.jobs.versions import model_holder
 from service.models.schemas import (
@@ -85,6 +87,7 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
         raise Unprocessable(
             f"dataset {body.dataset_id} has no rows left (every subject was erased)", code="empty_dataset"
         )
+    check_method_data(body.method, method, dataset.id, dataset.arrays)  # table vs graph (service.graphs)
     spec = _check_architecture(body.family, dataset.feature_shape, dataset.num_classes)
     model = uow.models.add(
         Model(
@@ -108,7 +111,7 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
         )
     )
     data = cache.dataset(dataset.arrays)
-    uow.models.add_samples(model.id, data.sample_ids, data.owner_ids)
+    uow.models.add_samples(model.id, *subjects_of(data))  # a graph's samples: its live nodes, or its graphs
     uow.refs.hold(model_holder(model.id), digests(dataset.arrays))
     uow.audit.append(
         model_chain(model.id),

@@ -1,0 +1,140 @@
+"""The remaining graph after an update, a retrain or an erasure from the source dataset.
+
+A graph is rewritten whole (one blob) after each update: the old blob loses its reference and becomes
+the version's garbage like any replaced table bucket, so the erased nodes, edges and features are gone
+from the artifact store once the request completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from service.graphs.storage import AnyGraph, write_graph
+from service.storage.artifacts import ArtifactStore
+from service.storage.buckets import digests
+from unlearning.data.graphs import GraphCollection, NodeGraph
+from unlearning.errors import UnknownSampleError
+from unlearning.methods.protocol import ForgetRequest
+
+if TYPE_CHECKING:
+    from service.db.tables import Dataset as DatasetRow
+    from service.db.uow import UnitOfWork
+    from service.jobs.state import BlobCache
+
+
+def forget_graph(
+    artifacts: ArtifactStore, cache: BlobCache, manifest: Mapping[str, Any], request: ForgetRequest | None
+) -> tuple[dict[str, Any], int]:
+    """The model's remaining graph after ``request`` (exactly what the method forgot), written; returns
+    its manifest and the new training-set size."""
+    if request is None:
+        raise RuntimeError("a graph update needs the batch's ForgetRequest to rewrite the remaining graph")
+    after = cache.dataset(manifest).after_request(request)
+    written = write_graph(artifacts, after)
+    return written, int(written["num_train"])
+
+
+def retrain_graph(
+    artifacts: ArtifactStore, cache: BlobCache, manifest: Mapping[str, Any], request: ForgetRequest
+) -> dict[str, Any]:
+    """The graph a retrain fits on: the training graph without every waiting request's items."""
+    return write_graph(artifacts, after_present(cache.dataset(manifest), request))
+
+
+def after_present(graph: AnyGraph, request: ForgetRequest) -> AnyGraph:
+    """``graph.after_request`` restricted to the items still in ``graph`` (an item another model already
+    erased from a shared dataset is skipped rather than an error)."""
+    present = present_items(graph, request)
+    return graph.after_request(present) if present.kinds() else graph
+
+
+def present_items(graph: AnyGraph, request: ForgetRequest) -> ForgetRequest:
+    if isinstance(graph, NodeGraph):
+        return _present_in_node_graph(graph, request)
+    return _present_in_collection(graph, request)
+
+
+def _live(graph: NodeGraph, node_id: str) -> int | None:
+    try:
+        i = int(graph.index_of([node_id])[0])
+    except UnknownSampleError:
+        return None
+    return None if graph.deleted[i] else i
+
+
+def _present_in_node_graph(graph: NodeGraph, request: ForgetRequest) -> ForgetRequest:
+    live_owners = {graph.owner_ids[i] for i in np.flatnonzero(~graph.deleted).tolist()}
+    edges = []
+    for u, v in request.edges:
+        try:
+            graph.edge_positions([(u, v)])
+            edges.append((u, v))
+        except UnknownSampleError:
+            continue
+    features = [
+        n
+        for n in request.node_feature_ids
+        if (i := _live(graph, n)) is not None and not graph.features_deleted[i]
+    ]
+    return ForgetRequest(
+        sample_ids=tuple(n for n in request.sample_ids if _live(graph, n) is not None),
+        owner_ids=tuple(o for o in request.owner_ids if o in live_owners),
+        edges=tuple(edges),
+        node_feature_ids=tuple(features),
+    )
+
+
+def _present_in_collection(collection: GraphCollection, request: ForgetRequest) -> ForgetRequest:
+    ids = set(collection.graph_ids)
+    owners = {g.owner_id for g in collection.graphs}
+    nodes = []
+    for gid, nid in request.graph_nodes:
+        if gid not in ids:
+            continue
+        graph = collection.graphs[int(collection.index_of([gid])[0])]
+        try:
+            if not graph.deleted[graph.node_index(nid)]:
+                nodes.append((gid, nid))
+        except UnknownSampleError:
+            continue
+    return ForgetRequest(
+        sample_ids=tuple(s for s in request.sample_ids if s in ids),
+        owner_ids=tuple(o for o in request.owner_ids if o in owners),
+        graph_ids=tuple(g for g in request.graph_ids if g in ids),
+        graph_nodes=tuple(nodes),
+    )
+
+
+def erase_graph_from_dataset(
+    uow: UnitOfWork,
+    cache: BlobCache,
+    dataset_row: DatasetRow,
+    request: ForgetRequest | None,
+    *,
+    holder: str,
+    old_training: Mapping[str, Any] | None,
+    new_training: Mapping[str, Any] | None,
+) -> set[str]:
+    """The graph counterpart of :func:`service.jobs.versions.erase_from_dataset`: the source dataset's
+    graph loses the same items; returns the blobs released. When the dataset and the model held the same
+    blob (the usual case) the dataset takes the model's new graph: nothing is written twice."""
+    old = dataset_row.arrays
+    assert old is not None
+    if old_training is not None and new_training is not None and old["buckets"] == old_training["buckets"]:
+        arrays = dict(new_training)
+    elif request is not None and request.kinds():
+        arrays = write_graph(cache.store, after_present(cache.dataset(old), request))
+    else:
+        return set()
+    if arrays["buckets"] == old["buckets"]:
+        return set()
+    released = uow.refs.release(holder, digests(old) - digests(arrays))
+    uow.refs.hold(holder, digests(arrays) - digests(old))
+    remaining = int(arrays["num_samples"])
+    dataset_row.erased_rows += max(dataset_row.num_rows - remaining, 0)
+    dataset_row.num_rows = remaining
+    dataset_row.arrays = arrays
+    return released

@@ -1,0 +1,174 @@
+"""One graph as one content-addressed blob, and the manifest that names it.
+
+The blob is a safetensors file: every numeric array of :meth:`NodeGraph.to_arrays` /
+:meth:`GraphCollection.to_arrays` as a tensor, and the string arrays (node, owner and graph ids, the
+name, the format tag) as JSON in the header's metadata. Never pickle.
+
+What was erased is not kept under its name: a deleted node stays in a node graph as an isolated tombstone
+(node indices never shift) but its id and owner id are replaced by ``~erased:<index>``, and a collection
+keeps no list of removed graph ids. "Already forgotten" answers come from the keyed-hash tombstones in
+Postgres instead (:mod:`service.graphs.requests`).
+
+The manifest (``datasets.arrays``, ``models.training``) keeps the shape of a bucket manifest, so the
+artifact references and audit digests work unchanged, plus ``kind`` so table code can tell it apart::
+
+    {"kind": "node_graph", "buckets": {"graph": "<sha256>"}, "name": "cora", "num_classes": 7,
+     "num_samples": 2708, "num_train": 1208, "num_nodes": 2708, "num_edges": 5278, "num_graphs": null}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load as np_load
+from safetensors.numpy import save as np_save
+
+from service.storage.artifacts import ArtifactStore
+from service.storage.tensors import read_metadata
+from unlearning.data import Dataset
+from unlearning.data.graphs import GraphCollection, NodeGraph
+
+NODE_GRAPH = "node_graph"
+GRAPH_COLLECTION = "graph_collection"
+TABLE = "table"
+KINDS = (TABLE, NODE_GRAPH, GRAPH_COLLECTION)
+ERASED_PREFIX = "~erased:"
+"""Tombstoned ids are renamed to this prefix plus an index; uploaded ids may not start with it."""
+
+AnyGraph = NodeGraph | GraphCollection
+
+
+def kind_of(manifest: Mapping[str, Any] | None) -> str:
+    """``table``, ``node_graph`` or ``graph_collection``: what a dataset or training manifest names."""
+    if manifest is None:
+        return TABLE
+    return str(manifest.get("kind", TABLE))
+
+
+def is_graph(manifest: Mapping[str, Any] | None) -> bool:
+    return kind_of(manifest) != TABLE
+
+
+def kind_of_data(data: Any) -> str:
+    if isinstance(data, NodeGraph):
+        return NODE_GRAPH
+    if isinstance(data, GraphCollection):
+        return GRAPH_COLLECTION
+    return TABLE
+
+
+# -- encoding --------------------------------------------------------------------------------------
+
+
+def _anonymised(graph: AnyGraph) -> dict[str, np.ndarray]:
+    """``to_arrays()`` with the ids of erased nodes replaced and removed graph ids dropped."""
+    arrays = graph.to_arrays()
+    if isinstance(graph, NodeGraph):
+        gone = np.flatnonzero(arrays["deleted"])
+        if len(gone):
+            ids, owners = arrays["node_ids"].tolist(), arrays["owner_ids"].tolist()
+            for i in gone.tolist():
+                ids[i] = owners[i] = f"{ERASED_PREFIX}{i}"
+            arrays["node_ids"], arrays["owner_ids"] = (
+                np.asarray(ids, dtype=str),
+                np.asarray(owners, dtype=str),
+            )
+        return arrays
+    arrays["removed_ids"] = np.asarray([], dtype=str)
+    gone = np.flatnonzero(arrays["node_deleted"])
+    if len(gone):
+        ptr = arrays["node_ptr"]
+        ids = arrays["node_ids"].tolist()
+        for j in gone.tolist():
+            graph_pos = int(np.searchsorted(ptr, j, side="right")) - 1
+            ids[j] = f"{ERASED_PREFIX}{j - int(ptr[graph_pos])}"
+        arrays["node_ids"] = np.asarray(ids, dtype=str)
+    return arrays
+
+
+def encode_graph(graph: AnyGraph) -> bytes:
+    """The safetensors blob of a graph (numeric arrays as tensors, string arrays as JSON metadata)."""
+    arrays = _anonymised(graph)
+    tensors = {k: np.ascontiguousarray(v).reshape(v.shape) for k, v in arrays.items() if v.dtype.kind != "U"}
+    strings = {k: v.tolist() for k, v in arrays.items() if v.dtype.kind == "U"}
+    return np_save(tensors, metadata={"kind": kind_of_data(graph), "strings": json.dumps(strings)})
+
+
+def decode_graph(blob: bytes) -> AnyGraph:
+    meta = read_metadata(blob)
+    arrays: dict[str, np.ndarray] = dict(np_load(blob))
+    for name, value in json.loads(meta["strings"]).items():
+        arrays[name] = np.asarray(value, dtype=str)
+    if meta.get("kind") == NODE_GRAPH:
+        return NodeGraph.from_arrays(arrays)
+    return GraphCollection.from_arrays(arrays)
+
+
+# -- sizes and subjects ----------------------------------------------------------------------------
+
+
+def subjects_of(data: Dataset | AnyGraph) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(sample ids, owner ids) a model's ``samples`` rows hold: a table's rows, a node graph's live nodes
+    (any node can be named for deletion, training node or not: propagation carries every node's features
+    into the model), a collection's graphs."""
+    if isinstance(data, NodeGraph):
+        live = np.flatnonzero(~data.deleted).tolist()
+        return tuple(data.node_ids[i] for i in live), tuple(data.owner_ids[i] for i in live)
+    if isinstance(data, GraphCollection):
+        return data.graph_ids, tuple(g.owner_id for g in data.graphs)
+    return data.sample_ids, data.owner_ids
+
+
+def sample_count(data: Dataset | AnyGraph) -> int:
+    """The training-set size a version reports: rows, training nodes, or graphs."""
+    if isinstance(data, NodeGraph):
+        return int(data.training_mask().sum())
+    return len(data)
+
+
+def sizes(graph: AnyGraph) -> dict[str, Any]:
+    """The counts a manifest and a dataset response carry."""
+    if isinstance(graph, NodeGraph):
+        return {
+            "num_samples": int((~graph.deleted).sum()),
+            "num_train": int(graph.training_mask().sum()),
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "num_graphs": None,
+            "num_features": graph.num_features,
+        }
+    return {
+        "num_samples": len(graph),
+        "num_train": len(graph),
+        "num_nodes": sum(g.num_nodes for g in graph.graphs),
+        "num_edges": sum(len(g.edges) for g in graph.graphs),
+        "num_graphs": len(graph),
+        "num_features": graph.num_node_features or graph.num_tags,
+    }
+
+
+def write_graph(artifacts: ArtifactStore, graph: AnyGraph) -> dict[str, Any]:
+    """Store the graph as one blob; returns its manifest."""
+    digest = artifacts.put(encode_graph(graph))
+    return {
+        "kind": kind_of_data(graph),
+        "buckets": {"graph": digest},
+        "name": graph.name,
+        "num_classes": graph.num_classes,
+        **sizes(graph),
+    }
+
+
+def graph_digest(manifest: Mapping[str, Any]) -> str:
+    return str(manifest["buckets"]["graph"])
+
+
+def graph_nbytes(graph: AnyGraph) -> int:
+    """About how much memory a decoded graph takes (for the blob cache's bound)."""
+    if isinstance(graph, NodeGraph):
+        f = graph.features
+        return int(f.data.nbytes + f.indices.nbytes + f.indptr.nbytes + graph.edges.nbytes) + 100 * len(graph)
+    return sum(int(g.edges.nbytes) + 100 * g.num_nodes for g in graph.graphs)
