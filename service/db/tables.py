@@ -85,8 +85,11 @@ class Model(Base):
     )
     budget_epoch: Mapped[int] = mapped_column(Integer, default=0)
     train_size: Mapped[int] = mapped_column(Integer)
-    training: Mapped[dict[str, Any] | None]  # bucket manifest of the remaining training arrays
-    statistics: Mapped[dict[str, Any] | None]  # bucket manifest of the per-sample statistics
+    # Bucket manifests of the remaining training arrays and of the per-sample statistics. Deferred (loaded
+    # on first access, or by ModelRepository.lock): they grow with the number of owners, and submissions,
+    # status reads and completions never need them.
+    training: Mapped[dict[str, Any] | None] = mapped_column(deferred=True)
+    statistics: Mapped[dict[str, Any] | None] = mapped_column(deferred=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

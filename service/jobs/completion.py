@@ -39,13 +39,13 @@ def finish(rt: Runtime, model_id: int, version_id: int) -> None:
     """
     with rt.uow() as uow:
         version = uow.models.version(version_id)
-        model = uow.models.get(model_id)
-        if version is None or model is None:
+        current_id = uow.models.current_version_id(model_id)
+        if version is None or current_id is None:
             return
         current = version
-        if model.current_version_id not in (None, version_id):
+        if current_id != version_id:
             # A newer version already exists; it excludes these subjects too, and it is what gets served.
-            current = uow.models.version(model.current_version_id) or version
+            current = uow.models.version(current_id) or version
         publish(rt, model_id, current)
         for digest in uow.refs.unreferenced(version.garbage):
             rt.artifacts.delete(digest)

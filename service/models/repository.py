@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from sqlalchemy import delete, func, insert, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer
 
 from service.db.tables import DeletionRequest, ErasedSubject, Model, ModelVersion, Sample
 from service.db.upsert import insert_ignore
@@ -34,6 +34,10 @@ class ModelRepository:
     def get(self, model_id: int) -> Model | None:
         return self.session.get(Model, model_id, populate_existing=True)
 
+    def current_version_id(self, model_id: int) -> int | None:
+        """The model's serving version (None for an unknown model or one not trained yet)."""
+        return self.session.scalar(select(Model.current_version_id).where(Model.id == model_id))
+
     def lock(self, model_id: int) -> Model | None:
         """The per-model lock: a row lock held until the transaction ends.
 
@@ -47,6 +51,7 @@ class ModelRepository:
             select(Model)
             .where(Model.id == model_id)
             .with_for_update(key_share=True)
+            .options(undefer(Model.training), undefer(Model.statistics))
             .execution_options(populate_existing=True)
         ).scalar_one_or_none()
 
