@@ -32,18 +32,16 @@ class DeletionRepository:
         stmt = insert(DeletionRequest).returning(DeletionRequest.id, sort_by_parameter_order=True)
         return list(self.session.scalars(stmt, rows))
 
-    def set_state(self, request_ids: Sequence[int], **values: Any) -> list[DeletionRequest]:
-        """One UPDATE for many requests (``state=...``, ``version_id=...``); returns the updated rows."""
-        if not request_ids:
-            return []
-        stmt = (
-            update(DeletionRequest)
-            .where(DeletionRequest.id.in_(list(request_ids)))
-            .values(updated_at=utcnow(), **values)
-            .returning(DeletionRequest)
-            .execution_options(populate_existing=True)
-        )
-        return list(self.session.scalars(stmt))
+    def set_state(self, request_ids: Sequence[int], **values: Any) -> None:
+        """One UPDATE for many requests (``state=...``, ``version_id=...``). Loaded request objects are not
+        refreshed: callers read the new values back with a query if they need them."""
+        if request_ids:
+            self.session.execute(
+                update(DeletionRequest)
+                .where(DeletionRequest.id.in_(list(request_ids)))
+                .values(updated_at=utcnow(), **values)
+                .execution_options(synchronize_session=False)
+            )
 
     def complete_applied(self, model_id: int, version_id: int, at: datetime) -> list[DeletionRequest]:
         """Every request of the model applied in ``version_id`` becomes completed (its plaintext subjects
