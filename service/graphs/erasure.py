@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from service.graphs.storage import AnyGraph, write_graph
+from service.graphs.storage import AnyGraph, subjects_of, write_graph
 from service.storage.artifacts import ArtifactStore
 from service.storage.buckets import digests
 from unlearning.data.graphs import GraphCollection, NodeGraph
@@ -42,6 +42,17 @@ def retrain_graph(
 ) -> dict[str, Any]:
     """The graph a retrain fits on: the training graph without every waiting request's items."""
     return write_graph(artifacts, after_present(cache.dataset(manifest), request))
+
+
+def departed(cache: BlobCache, before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, str]:
+    """Subjects (sample id -> owner id) of graph ``before`` that graph ``after`` no longer holds.
+
+    Beyond what the requests named: a collection graph whose every node was named leaves the collection
+    as a whole, and must be erased as a sample too (its ``samples`` row and a tombstone), so no later
+    request can name it."""
+    old_ids, old_owners = subjects_of(cache.dataset(before))
+    kept = set(subjects_of(cache.dataset(after))[0])
+    return {sid: owner for sid, owner in zip(old_ids, old_owners) if sid not in kept}
 
 
 def after_present(graph: AnyGraph, request: ForgetRequest) -> AnyGraph:

@@ -20,7 +20,7 @@ from service.audit.service import model_chain
 from service.db.base import utcnow
 from service.db.tables import LedgerEntry, Model
 from service.db.uow import UnitOfWork
-from service.graphs.erasure import retrain_graph
+from service.graphs.erasure import departed, retrain_graph
 from service.graphs.storage import is_graph, sample_count
 from service.jobs.completion import finish
 from service.jobs.plans import Batch, plan_requests
@@ -207,6 +207,7 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
             raise UnlearningError("the model has no training data left to retrain on")
         if is_graph(training):  # graph datasets (service.graphs): the graph without the waiting items
             remaining = retrain_graph(rt.artifacts, rt.cache, training, request)
+            forgotten = {**departed(rt.cache, training, remaining), **forgotten}
         else:
             remaining = rt.cache.drop_rows(training, forgotten)[0]
         if not remaining["buckets"]:

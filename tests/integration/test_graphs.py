@@ -202,6 +202,16 @@ def _stored_graphs_digest(runtime: Runtime, dataset_id: int) -> str:
 # -- graph collection ------------------------------------------------------------------------------
 
 
+def _headers() -> list[str]:
+    """The per-graph header lines (``size label``) of :func:`_tu_text`, in order."""
+    lines = _tu_text().splitlines()[1:]
+    out, pos = [], 0
+    while pos < len(lines):
+        out.append(lines[pos])
+        pos += 1 + int(lines[pos].split()[0])
+    return out
+
+
 def test_graph_collection_deletions_through_the_service(client: Client, runtime: Runtime) -> None:
     tag = f"c{uuid.uuid4().hex[:8]}"
     r = client.http.post(
@@ -217,6 +227,10 @@ def test_graph_collection_deletions_through_the_service(client: Client, runtime:
     _forget(client, model_id, 2, graph_ids=["3"])
     _forget(client, model_id, 3, graph_nodes=[["5", "0"], ["6", "2"]])
     _forget(client, model_id, 4, sample_ids=["8"])  # a sample of a collection is a graph
+    nine = int(_headers()[9].split()[0])  # graph 9's node count
+    # every node of graph 9 named: the graph leaves the collection and counts as forgotten, like graph 3
+    _forget(client, model_id, 5, graph_nodes=[["9", str(v)] for v in range(nine)])
+    _error(_submit(client, model_id, graph_ids=["9"]), 409, "already forgotten")
 
     _error(_submit(client, model_id, graph_ids=["99"]), 422, "out of range")
     _error(_submit(client, model_id, graph_nodes=[["7", "42"]]), 422, "42")
@@ -227,11 +241,11 @@ def test_graph_collection_deletions_through_the_service(client: Client, runtime:
     model_blob, dataset_blob, _ = _stored_graphs(runtime, model_id)
     assert model_blob == dataset_blob
     collection = decode_graph(model_blob)
-    assert "3" not in collection.graph_ids and "8" not in collection.graph_ids and len(collection) == 28
+    assert {"3", "8", "9"}.isdisjoint(collection.graph_ids) and len(collection) == 27
     five = collection.graphs[collection.graph_ids.index("5")]
     assert five.deleted[0] and "0" not in five.node_ids
     got = client.http.get(f"/v1/datasets/{dataset['id']}").json()
-    assert got["num_rows"] == 28 and got["erased_rows"] == 2
+    assert got["num_rows"] == 27 and got["erased_rows"] == 3
 
 
 def test_bundled_graphs(client: Client) -> None:

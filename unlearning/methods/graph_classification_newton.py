@@ -275,8 +275,10 @@ class GraphClassificationNewton(NewtonMethodBase):
 
         after = collection.without(graph_ids, request.graph_nodes)
         items = len(whole) + sum(len(v) for v in nodes.values())
+        # A graph emptied node by node leaves the collection like a whole-graph deletion, so its id is
+        # reported too: the caller then erases it as a sample (no later request can name it).
         forgotten = tuple(dict.fromkeys([
-            *(collection.graphs[p].graph_id for p in whole),
+            *(collection.graphs[p].graph_id for p in leaving),
             *(graph_node_key(collection.graphs[p].graph_id, collection.graphs[p].node_ids[v])
               for p, vs in nodes.items() for v in vs),
         ]))
