@@ -8,6 +8,8 @@ batch 32, L2 0.5, decay 0.995, clip 5; digest 002 section 8) and measures, over 
 - ``p50_ms``/``p95_ms``/``p99_ms``: POST to completed, each request forgetting one owner, offered by an
   open-loop generator at ``rate_rps`` (requests are sent on schedule whatever the answers' latency);
   completed is the server's ``completed_at`` minus the client's send time (one machine, one clock);
+- ``post_p50_ms``/``post_p99_ms``: POST to its 202 answer, for the same requests (the part of the latency
+  the API owns; the rest is the update and its completion);
 - ``completed_per_s``: a burst of deletions submitted at once (bulk submissions), divided by the time
   from the first send to the last completion; the worker coalesces them into few versions;
 - ``retrain_per_request_p50_ms``: the same kind of request answered by retraining, on a twin model
@@ -130,17 +132,19 @@ class Bench:
             time.sleep(0.02)
 
 
-def offered_load(base_url: str, model_id: int, owners: list[str], rate: float) -> list[float]:
+def offered_load(
+    base_url: str, model_id: int, owners: list[str], rate: float
+) -> tuple[list[float], list[float]]:
     """Open loop: request i is sent at t0 + i/rate whatever the earlier answers' latency (asyncio, one
-    thread: the generator itself must not eat the CPU the service needs). Returns POST-to-completed
-    latencies in ms."""
+    thread: the generator itself must not eat the CPU the service needs). Returns the POST-to-completed
+    latencies and the POST-to-202 latencies, in ms."""
 
-    async def run() -> list[tuple[float, int]]:
+    async def run() -> list[tuple[float, float, int]]:
         async with httpx.AsyncClient(
             base_url=base_url, timeout=60, limits=httpx.Limits(max_connections=64)
         ) as client:
 
-            async def one(i: int, owner: str) -> tuple[float, int]:
+            async def one(i: int, owner: str) -> tuple[float, float, int]:
                 await asyncio.sleep(max(t0 + i / rate - loop.time(), 0))
                 sent = time.time()
                 r = await client.post(
@@ -149,7 +153,7 @@ def offered_load(base_url: str, model_id: int, owners: list[str], rate: float) -
                     headers={"Idempotency-Key": str(uuid.uuid4())},
                 )
                 r.raise_for_status()
-                return sent, int(r.json()["id"])
+                return sent, time.time() - sent, int(r.json()["id"])
 
             loop = asyncio.get_running_loop()
             t0 = loop.time() + 0.2
@@ -157,7 +161,8 @@ def offered_load(base_url: str, model_id: int, owners: list[str], rate: float) -
 
     sent = asyncio.run(run())
     bench = Bench(base_url)
-    return [(bench.completed_at(rid, 120) - t) * 1000.0 for t, rid in sent]
+    completed = [(bench.completed_at(rid, 120) - t) * 1000.0 for t, _, rid in sent]
+    return completed, [answered * 1000.0 for _, answered, _ in sent]
 
 
 def burst(bench: Bench, model_id: int, owners: list[str], chunk: int = 100) -> float:
@@ -229,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         twin = bench.register(dataset["id"], hyper, {"max_deletion_fraction": 1e-6}, "R1-retrain-only")
         bench.ready(twin, timeout=1800)
 
-        latencies = offered_load(base, r1, owners[:n_requests], args.rate)
+        latencies, answers = offered_load(base, r1, owners[:n_requests], args.rate)
         log(f"offered load done at {time.monotonic() - started:.1f}s")
         rate = burst(bench, r1, owners[n_requests : n_requests + n_burst])
         log(f"burst done at {time.monotonic() - started:.1f}s")
@@ -242,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         "p95_ms": round(percentile(latencies, 0.95), 2),
         "p99_ms": round(percentile(latencies, 0.99), 2),
         "rate_rps": args.rate,
+        "post_p50_ms": round(percentile(answers, 0.50), 2),
+        "post_p99_ms": round(percentile(answers, 0.99), 2),
         "completed_per_s": round(rate, 1),
         "retrain_per_request_p50_ms": round(statistics.median(retrains), 1),
         "requests": n_requests,

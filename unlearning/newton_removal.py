@@ -36,9 +36,15 @@ scattering coefficients; the same Gram then gives ``||Z'||_op`` exactly on every
 Why CG: building H costs O(m d^2) and factorising it O(d^3) PER CLASS on every request (Cora:
 7 x 1,433^2, which is what makes the authors' code as slow as retraining), while H is well conditioned
 -- its spectrum lies in ``[lam m', lam m' + ||Z||^2 / 4]`` -- so CG reaches a relative residual of 1e-6
-in a few O(m d) products (3 on Cora). The solve is not trusted: the residual ``||H v_k - Delta_k||`` is
-computed from the products the solver made (each one exact up to rounding, with a rounding allowance)
-and added to the charge, because an inexact solve leaves exactly that much extra gradient (digest 001
+in a few O(m d) products (3 iterations on Cora). The first CG direction is ``Delta`` itself, so
+its product ``Z Delta`` comes from the same GEMM as the margins ``Z W`` (``Z [W, Delta]``): a step
+costs 2k passes over the data for k iterations, not 2k + 1. Preconditioning does not pay on Cora
+(measured): H = lam m' (I + E) with ||E|| about 0.03 and a slowly decaying spectrum, so even an exact
+factor of the epoch-start Hessian (or deflating its top 300 eigenvectors) leaves ~1e-5 after two
+iterations, and a third is still needed for 1e-6, while applying a full-rank factor costs more than
+the pass it would save (7 classes x d^2 against one m x d design).
+The solve is not trusted: the residual ``||H v_k - Delta_k||`` is computed from the products the
+solver made (each one exact up to rounding, with a rounding allowance) and added to the charge, because an inexact solve leaves exactly that much extra gradient (digest 001
 section 4.4).
 
 Gradient-residual accounting (digest 001 section 3.5, Cor. 5.1 = Guo et al. Cor. 1)
@@ -189,6 +195,20 @@ class Design(Protocol):
     def row_norms(self) -> torch.Tensor: ...
 
 
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b``; float64 on the CPU goes through numpy's BLAS.
+
+    Why: the products here are tall-skinny (a few to a few dozen columns: one per class). On the
+    benchmark machine torch's CPU path runs them 1.5-2x slower than numpy's BLAS with the same thread
+    count (Cora, 1,208 x 1,433 times 7 columns: 3.4-4.2 ms against 2.0-2.7 ms). Both are one GEMM of
+    the same operands, rounded by the same IEEE arithmetic; training, retraining and removal all go
+    through here, so every side of a timing comparison gets the same kernel.
+    """
+    if a.device.type == "cpu" and b.device.type == "cpu" and a.dtype == b.dtype == torch.float64:
+        return torch.from_numpy(np.matmul(a.detach().numpy(), b.detach().numpy()))
+    return a @ b
+
+
 @dataclass(frozen=True)
 class DenseDesign:
     """A plain (rows, dim) float64 matrix."""
@@ -204,10 +224,10 @@ class DenseDesign:
         return int(self.matrix.shape[1])
 
     def mm(self, V: torch.Tensor) -> torch.Tensor:
-        return self.matrix @ V
+        return _matmul(self.matrix, V)
 
     def tmm(self, T: torch.Tensor) -> torch.Tensor:
-        return self.matrix.T @ T
+        return _matmul(self.matrix.T, T)
 
     def take(self, idx: torch.Tensor) -> torch.Tensor:
         return self.matrix[idx]
@@ -588,13 +608,17 @@ def bound_per_column(
 
 
 def _tracked_cg(
-    objective: Objective, curvature: torch.Tensor, rhs: torch.Tensor, rtol: float, max_iter: int
+    objective: Objective, curvature: torch.Tensor, rhs: torch.Tensor, rtol: float, max_iter: int,
+    first_product: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """CG for ``H V = rhs`` that also accumulates ``U = Z V`` and ``H V`` from the products it computes.
 
     Each iteration's ``Z P`` and ``H P`` are exact products (up to rounding), so ``HV = sum alpha_j H P_j``
     needs no extra pass over the data, and neither does ``U``. Returns (V, U, HV, path, iterations), where
     ``path_k = sum_j |alpha_jk| ||P_jk||`` scales the rounding allowance of the accumulated sums.
+    ``first_product``, when given, is ``Z rhs`` (the first direction is ``P_0 = rhs``), computed by the
+    caller in the same pass as the margins ``Z W``: it is the same product, so nothing changes but the
+    pass it saves.
     """
     lam_m = objective.lam * objective.count
     V = torch.zeros_like(rhs)
@@ -607,7 +631,7 @@ def _tracked_cg(
     target = (rtol * torch.linalg.vector_norm(rhs, dim=0)) ** 2
     iters = 0
     while iters < max_iter and bool((rs > target).any()):
-        ZP = objective.design.mm(P)
+        ZP = first_product if iters == 0 and first_product is not None else objective.design.mm(P)
         HP = objective.design.tmm(curvature * ZP) + lam_m * P
         curv = (P * HP).sum(0)
         active = (rs > target) & (curv > 0)
@@ -644,13 +668,18 @@ def newton_step(
     started = time.perf_counter()
     if delta.shape != W.shape:
         raise DimensionMismatchError(f"Delta has shape {tuple(delta.shape)}, the weights {tuple(W.shape)}")
-    a = objective.margins(W)
-    S = objective.curvature(a)
     chosen = pick_solver(solver, objective)
     if chosen == "cg":
-        V, U, HV, path, iters = _tracked_cg(objective, S, delta, rtol, max_iter)
+        # One pass over the data gives the margins Z W (for the curvature S at W) and Z Delta, CG's first
+        # product (P_0 = Delta does not depend on S): 2k passes for k CG iterations instead of 2k + 1. The
+        # products are tall-skinny, so the extra columns cost far less than a second pass.
+        cols = W.shape[1]
+        both = objective.design.mm(torch.cat([W, delta], dim=1))
+        S = objective.curvature(objective.targets * both[:, :cols])
+        V, U, HV, path, iters = _tracked_cg(objective, S, delta, rtol, max_iter, first_product=both[:, cols:])
         products, exact_now = iters, False
     else:
+        S = objective.curvature(objective.margins(W))
         cache = None
         exact_now = False
         if chosen == "woodbury":

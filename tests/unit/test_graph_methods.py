@@ -116,6 +116,8 @@ def test_node_sequence_keeps_bound_above_residual_and_design_equal_to_full_recom
         full = gnn.node_features(state, graph)[rows]
         design = state.artifacts["design"].numpy()
         assert np.array_equal(design[live], full[live]) and not design[~live].any()
+        # A row leaves the design with its node: the design holds exactly the current training nodes.
+        assert live.all() and np.array_equal(rows, np.flatnonzero(graph.training_mask()))
     assert state.accounting["epoch"] == state.accounting["retrains"]  # retrains (if any) opened new epochs
 
 
@@ -359,3 +361,13 @@ def test_methods_refuse_datasets_of_the_wrong_kind() -> None:
     tab = Dataset(("a", "b", "c"), ("a", "b", "c"), np.eye(3), np.array([0, 1, 0]), 2)
     with pytest.raises(InvalidDatasetError, match="GraphCollection"):
         gcn.GraphClassificationNewton().fit(tab, {}, CERTIFIED, seed=0)
+
+
+def test_a_graph_emptied_node_by_node_is_forgotten_as_a_graph(graph_fit) -> None:
+    collection, state = graph_fit
+    graph = collection.graphs[5]
+    request = ForgetRequest(graph_nodes=tuple((graph.graph_id, node) for node in graph.node_ids))
+    outcome = gcn.GraphClassificationNewton().forget(state, request, 1, CERTIFIED, remaining=collection)
+    # Its id is reported with the node keys, so the service erases it as a sample and refuses it later.
+    assert graph.graph_id in outcome.forgotten_ids
+    assert graph.graph_id not in collection.after_request(request).graph_ids

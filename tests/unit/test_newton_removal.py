@@ -213,3 +213,55 @@ def test_shape_errors_are_clear() -> None:
                     torch.zeros(2, 3, dtype=torch.float64), op_norm=1.0)
     with pytest.raises(DimensionMismatchError):
         replace(objective, weight=torch.ones(3, dtype=torch.float64))
+
+
+# ----------------------------------------------------------------------------- cheaper removal path
+
+
+def test_dense_design_products_match_torch_matmul() -> None:
+    objective, _ = _problem(11, m=50, d=9)
+    Z = objective.design.materialize()
+    V = torch.randn(9, 4, dtype=torch.float64)
+    T = torch.randn(50, 4, dtype=torch.float64)
+    assert torch.allclose(objective.design.mm(V), Z @ V, rtol=1e-13, atol=1e-13)
+    assert torch.allclose(objective.design.tmm(T), Z.T @ T, rtol=1e-13, atol=1e-13)
+    assert torch.allclose(objective.design.mm(V[:, 1:3]), Z @ V[:, 1:3], rtol=1e-13, atol=1e-13)  # strided
+
+
+def test_first_cg_product_from_the_margins_pass_changes_nothing() -> None:
+    from unlearning.newton_removal import _tracked_cg
+
+    objective, _ = _problem(12)
+    W = torch.randn(objective.design.dim, objective.columns, dtype=torch.float64) * 0.3
+    delta = torch.randn_like(W) * 0.1
+    S = objective.curvature(objective.margins(W))
+    plain = _tracked_cg(objective, S, delta, 1e-10, 100)
+    fused = _tracked_cg(objective, S, delta, 1e-10, 100, first_product=objective.design.mm(delta))
+    for a, b in zip(plain[:4], fused[:4]):
+        assert torch.equal(a, b)
+    assert plain[4] == fused[4]
+    # newton_step computes Z [W, Delta] in one product: the same step as a solve from scratch.
+    step = newton_step(objective, W, delta, op_norm=None, solver="cg", rtol=1e-12)
+    exact = newton_step(objective, W, delta, op_norm=None, solver="cholesky")
+    assert torch.allclose(step.weights, exact.weights, rtol=0, atol=1e-11)
+    assert max(step.solver_residual) <= 1e-10
+
+
+def test_dropping_rows_of_weight_zero_leaves_the_step_and_its_charge_unchanged() -> None:
+    # graph_node_newton drops a node's row when the node leaves the training set; a row of weight 0 adds
+    # nothing to the loss, its gradient or its Hessian, so the step and every summary of its charge agree.
+    objective, targets = _problem(13, m=90, d=10)
+    W = torch.randn(10, objective.columns, dtype=torch.float64) * 0.5
+    delta = torch.randn_like(W) * 0.05
+    weight = torch.ones(90, dtype=torch.float64)
+    weight[[3, 17, 40, 41, 88]] = 0.0
+    masked = objective.with_weight(weight)
+    keep = torch.nonzero(weight > 0).squeeze(1)
+    compact = Objective(DenseDesign(objective.design.materialize()[keep]), targets[keep], weight[keep], objective.lam)
+    for solver in ("cg", "cholesky"):
+        a = newton_step(masked, W, delta, op_norm=3.0, solver=solver, rtol=1e-12)
+        b = newton_step(compact, W, delta, op_norm=3.0, solver=solver, rtol=1e-12)
+        assert torch.allclose(a.weights, b.weights, rtol=0, atol=1e-12)
+        assert a.bound == pytest.approx(b.bound, rel=1e-9)
+        # Fewer rows: a smaller floating-point allowance, the same bound.
+        assert b.charge <= a.charge and b.charge == pytest.approx(a.charge, rel=1e-6)

@@ -19,9 +19,9 @@ exactly those are recomputed, locally (:func:`~unlearning.models.propagation.loc
 full recomputation bit for bit), and ``Delta`` is the exact gradient difference over every affected
 training node plus the nodes leaving the training set.
 
-State: the weights, the current design (the training nodes' feature rows of this budget epoch; rows of
-nodes that left the training set are zero), the node index of each row and which rows are still training
-rows, the frozen feature statistics (``standardize``) and the accounting scalars. Everything in it is a
+State: the weights, the current design (the feature rows of the nodes still in the training set; a row
+leaves the design with its node, which changes no number of a step since its weight would be 0, and
+makes every later product cheaper), the node index of each row and its weight (1), the frozen feature statistics (``standardize``) and the accounting scalars. Everything in it is a
 function of the remaining graph (a changed row is recomputed from the graph as it is now), so it holds
 nothing of what was deleted. ``||Z'||_op`` is bounded by its exact value at the epoch's start plus the
 Frobenius norm of every row change since (triangle inequality); the tight bound also has a form that
@@ -237,22 +237,29 @@ class GraphNodeNewton(NewtonMethodBase):
         new_rows = torch.zeros_like(old_rows)
         stay_pos = torch.from_numpy(np.searchsorted(touched, stay)).to(device)
         new_rows[stay_pos] = torch.from_numpy(fresh).to(device)
-        Z_new = Z_old.clone()
-        Z_new[t_idx] = new_rows
         weight_old_d = weight_old.to(device)
         weight_new = torch.from_numpy(weight_new_np).to(device)
         targets = signed_targets(graph.labels[row_nodes], graph.num_classes, device)
         W = state.model.weight_matrix(state.clean_weights.to(torch.float64)).to(device)
-        objective = Objective(DenseDesign(Z_new), targets, weight_new, cfg.lam)
-        if objective.count == 0:
+        # The new design keeps only the rows still in the training set: a row that left has weight 0 and
+        # adds nothing to the loss, its gradient or its Hessian, so dropping it changes no number of the
+        # step, but every product over the design gets cheaper (20% fewer rows after deleting 20% of the
+        # training nodes). The gather is also the copy that keeps the previous state's design intact.
+        keep = np.flatnonzero(weight_new_np > 0)
+        if len(keep) == 0:
             raise InvalidDatasetError("forgetting these items would leave no training nodes")
+        keep_t = torch.from_numpy(keep).to(device)
+        Z_new = Z_old[keep_t]
+        stay_new = torch.from_numpy(np.searchsorted(keep, stay)).to(device)
+        Z_new[stay_new] = new_rows[stay_pos]
+        objective = Objective(DenseDesign(Z_new), targets[keep_t], weight_new[keep_t], cfg.lam)
         delta = gradient_difference(W, targets[t_idx], old_rows, weight_old_d[t_idx], new_rows, weight_new[t_idx],
                                     cfg.lam, float(weight_old_d.sum()), objective.count)
         op = acc["op_norm_bound"]
         if op is not None and len(stay):
             op = float(op) + float(torch.linalg.vector_norm(new_rows[stay_pos] - old_rows[stay_pos]))
-        row_norms = state.artifacts["row_norms"].to(device).clone()
-        row_norms[t_idx] = torch.linalg.vector_norm(new_rows, dim=1)
+        row_norms = state.artifacts["row_norms"].to(device)[keep_t]
+        row_norms[stay_new] = torch.linalg.vector_norm(new_rows[stay_pos], dim=1)
         step = newton_step(objective, W, delta, op_norm=op, variant=cfg.bound, solver=cfg.solver, rtol=cfg.cg_rtol,
                            row_norms=row_norms)
 
@@ -276,8 +283,8 @@ class GraphNodeNewton(NewtonMethodBase):
             return ForgetOutcome(new_state, cert, forgotten)
         accounting = accept_step(acc, step, items, int(objective.count), "epoch_value_plus_row_changes")
         flat = step.weights.detach().reshape(-1).cpu()
-        artifacts = {**state.artifacts, "design": Z_new.cpu(), "row_weight": weight_new.cpu(),
-                     "row_norms": row_norms.cpu()}
+        artifacts = {**state.artifacts, "design": Z_new.cpu(), "row_weight": objective.weight.cpu(),
+                     "row_norms": row_norms.cpu(), "row_nodes": torch.from_numpy(row_nodes[keep].astype(np.int64))}
         new_state = replace(state, clean_weights=flat, released_weights=flat.clone(), accounting=accounting,
                             artifacts=artifacts, deleted_ids=set(state.deleted_ids) | set(forgotten))
         inputs = step_inputs(step, float(acc["spent"]), objective.count, cfg.lam)
@@ -295,8 +302,9 @@ class GraphNodeNewton(NewtonMethodBase):
                 f"the graph has {graph.num_nodes} nodes x {graph.num_features} features, the model was trained on "
                 f"{fm['num_nodes']} x {fm['num_features']}: pass the current graph of this model"
             )
-        live = graph.training_mask()[row_nodes]
-        if not np.array_equal(live, weight.cpu().numpy() > 0):
+        # The graph's training nodes must be exactly this epoch's rows of weight > 0 (the design drops a
+        # row when its node leaves, so a stale graph shows up as training nodes the design no longer has).
+        if not np.array_equal(np.flatnonzero(graph.training_mask()), np.sort(row_nodes[weight.cpu().numpy() > 0])):
             raise DimensionMismatchError(
                 "the graph's training nodes differ from this model's budget epoch: pass the current graph (the "
                 "result of every earlier deletion, and nothing else)"
