@@ -8,6 +8,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -190,15 +191,40 @@ def store(
     max_buckets: int,
 ) -> DatasetRow:
     """Write the arrays to the artifact store and the row to the database (the caller commits)."""
-    arrays = write_training(artifacts, dataset, max_buckets)
+    return add_dataset_row(
+        uow,
+        write_training(artifacts, dataset, max_buckets),
+        name=name,
+        source=source,
+        fmt=fmt,
+        num_rows=len(dataset),
+        num_classes=dataset.num_classes,
+        feature_shape=list(dataset.feature_shape),
+    )
+
+
+def add_dataset_row(
+    uow: UnitOfWork,
+    arrays: dict[str, Any],
+    *,
+    name: str,
+    source: str,
+    fmt: str,
+    num_rows: int,
+    num_classes: int,
+    feature_shape: list[int],
+    **described: Any,
+) -> DatasetRow:
+    """The row for arrays already in the artifact store, their references and the ``dataset.created`` audit
+    event (with ``described`` added to its payload); the caller commits."""
     row = uow.datasets.add(
         DatasetRow(
             name=name[:200],
             source=source,
             format=fmt,
-            num_rows=len(dataset),
-            num_classes=dataset.num_classes,
-            feature_shape=list(dataset.feature_shape),
+            num_rows=num_rows,
+            num_classes=num_classes,
+            feature_shape=feature_shape,
             arrays=arrays,
             erased_rows=0,
         )
@@ -209,7 +235,8 @@ def store(
         "dataset.created",
         payload={
             "dataset_id": row.id,
-            "rows": len(dataset),
+            "rows": num_rows,
+            **described,
             "source": source,
             "format": fmt,
             "arrays_sha256": manifest_digest(arrays),

@@ -27,16 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from service.audit.service import SYSTEM_CHAIN
-from service.datasets.service import _gunzip_capped
+from service.datasets.service import _gunzip_capped, add_dataset_row
 from service.db.tables import ID_LENGTH
 from service.db.tables import Dataset as DatasetRow
 from service.db.uow import UnitOfWork
 from service.errors import NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType
 from service.graphs.storage import ERASED_PREFIX, AnyGraph, subjects_of, write_graph
-from service.jobs.versions import dataset_holder
 from service.storage.artifacts import ArtifactStore
-from service.storage.buckets import digests, manifest_digest
 from unlearning.data.graphs import (
     COLLECTION_FORMAT,
     NODE_GRAPH_FORMAT,
@@ -248,32 +245,17 @@ def store(
     """Write the graph blob and the dataset row (the caller commits); the graph counterpart of
     :func:`service.datasets.service.store`."""
     arrays = write_graph(artifacts, graph)
-    row = uow.datasets.add(
-        DatasetRow(
-            name=name[:200],
-            source=source,
-            format=fmt,
-            num_rows=int(arrays["num_samples"]),
-            num_classes=graph.num_classes,
-            feature_shape=[int(arrays["num_features"])],
-            arrays=arrays,
-            erased_rows=0,
-        )
+    return add_dataset_row(
+        uow,
+        arrays,
+        name=name,
+        source=source,
+        fmt=fmt,
+        num_rows=int(arrays["num_samples"]),
+        num_classes=graph.num_classes,
+        feature_shape=[int(arrays["num_features"])],
+        kind=arrays["kind"],
     )
-    uow.refs.hold(dataset_holder(row.id), digests(arrays))
-    uow.audit.append(
-        SYSTEM_CHAIN,
-        "dataset.created",
-        payload={
-            "dataset_id": row.id,
-            "rows": int(arrays["num_samples"]),
-            "kind": arrays["kind"],
-            "source": source,
-            "format": fmt,
-            "arrays_sha256": manifest_digest(arrays),
-        },
-    )
-    return row
 
 
 def out_fields(arrays: dict[str, Any] | None) -> dict[str, Any]:
