@@ -85,7 +85,8 @@ def _gunzip_capped(src: Path, limit: int) -> Path:
     return dst
 
 
-def _check_npz_size(path: Path, limit: int) -> None:
+def check_npz_size(path: Path, limit: int) -> None:
+    """An NPZ upload must be a zip archive whose members decompress to at most ``limit`` bytes."""
     try:
         with zipfile.ZipFile(path) as archive:
             total = sum(info.file_size for info in archive.infolist())
@@ -111,7 +112,7 @@ def parse_upload(
     if target != path:
         shutil.move(path, target)
     if fmt == "npz":
-        _check_npz_size(target, max_decompressed)
+        check_npz_size(target, max_decompressed)
     try:
         dataset = load_table(
             target,

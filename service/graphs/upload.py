@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from service.datasets.service import _gunzip_capped, add_dataset_row
+from service.datasets.service import _gunzip_capped, add_dataset_row, check_npz_size
 from service.db.tables import ID_LENGTH
 from service.db.tables import Dataset as DatasetRow
 from service.db.uow import UnitOfWork
-from service.errors import NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType
+from service.errors import NotFound, Unprocessable, UnsupportedMediaType
 from service.graphs.storage import ERASED_PREFIX, AnyGraph, subjects_of, write_graph
 from service.storage.artifacts import ArtifactStore
 from unlearning.data.graphs import (
@@ -148,15 +148,7 @@ def _parse_json(text: str, filename: str) -> NodeGraph:
 
 
 def _parse_npz(path: Path, filename: str, limit: int) -> AnyGraph:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            total = sum(info.file_size for info in archive.infolist())
-    except zipfile.BadZipFile as exc:
-        raise Unprocessable(f"{filename}: not an NPZ (zip) archive: {exc}", code="invalid_dataset") from exc
-    if total > limit:
-        raise PayloadTooLarge(
-            f"the archive decompresses to {total} bytes, above {limit} (LETHE_MAX_DECOMPRESSED_BYTES)"
-        )
+    check_npz_size(path, limit)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
