@@ -174,13 +174,13 @@ class DeletionIntake:
                 answers.extend(_submit_model(rt, uow, model_id, items))
             uow.idempotency.complete_many([(s.scope, s.key, status, body) for s, status, body, _ in answers])
             uow.commit()
-        for model_id in {s.model_id for s, status, _, _ in answers if status == 202}:
-            request_update(rt, model_id)
-        for item, status, body, error in answers:
+        for item, status, body, error in answers:  # answered as soon as committed ...
             if error is not None:
                 item.resolve(error=error)
             else:
                 item.resolve(outcome=Outcome(status, body, replayed=False))
+        for model_id in {s.model_id for s, status, _, _ in answers if status == 202}:
+            request_update(rt, model_id)  # ... while the update job is published
         answered = {id(s) for s, _, _, _ in answers}
         return [item for item in batch if id(item) not in answered]
 

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from service.db.base import utcnow
 from service.db.tables import DeletionRequest, RequestEvent, RequestSubject
+
+
+class Completed(NamedTuple):
+    """A request just marked completed: what the completion step needs of it."""
+
+    id: int
+    callback_url: str | None
+    created_at: datetime
 
 
 class DeletionRepository:
@@ -43,9 +51,9 @@ class DeletionRepository:
                 .execution_options(synchronize_session=False)
             )
 
-    def complete_applied(self, model_id: int, version_id: int, at: datetime) -> list[DeletionRequest]:
+    def complete_applied(self, model_id: int, version_id: int, at: datetime) -> list[Completed]:
         """Every request of the model applied in ``version_id`` becomes completed (its plaintext subjects
-        dropped), in one locked UPDATE; returns them, oldest first."""
+        dropped), in one UPDATE; returns what the completion step needs of them, oldest first."""
         stmt = (
             update(DeletionRequest)
             .where(
@@ -54,10 +62,10 @@ class DeletionRepository:
                 DeletionRequest.version_id == version_id,
             )
             .values(state="completed", completed_at=at, subjects=None, updated_at=at)
-            .returning(DeletionRequest)
-            .execution_options(populate_existing=True)
+            .returning(DeletionRequest.id, DeletionRequest.callback_url, DeletionRequest.created_at)
+            .execution_options(synchronize_session=False)
         )
-        return sorted(self.session.scalars(stmt), key=lambda r: r.id)
+        return sorted((Completed(*row) for row in self.session.execute(stmt)), key=lambda r: r.id)
 
     def get(self, request_id: int) -> DeletionRequest | None:
         return self.session.get(DeletionRequest, request_id, populate_existing=True)
