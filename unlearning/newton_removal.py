@@ -89,14 +89,14 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import torch
 
-from unlearning.errors import DimensionMismatchError, InvalidConfigError
+from unlearning.errors import DimensionMismatchError, InvalidConfigError, UnsupportedRequestError
 from unlearning.methods.protocol import BudgetPolicy, MethodState, PrivacyTarget
 from unlearning.privacy.certificate import Certificate
 
@@ -1090,6 +1090,17 @@ class NewtonModelSpec:
 
 def columns_for(num_classes: int) -> int:
     return 1 if num_classes == 2 else num_classes
+
+
+def released_weight_matrix(state: Any) -> torch.Tensor:
+    """The released ``W`` (dim x columns, float64) of a Newton method's state: what predictions use."""
+    return state.model.weight_matrix(state.released_weights.to(torch.float64))
+
+
+def one_source(instances: Any | None, item_ids: Sequence[str], items: str) -> None:
+    """A prediction names raw rows or items of the model's data, not both and not neither."""
+    if (instances is None) == (not item_ids):
+        raise UnsupportedRequestError(f"give either feature rows (instances) or {items} (sample_ids), not both")
 
 
 def predict_labels(W: torch.Tensor, features: torch.Tensor) -> np.ndarray:

@@ -147,7 +147,7 @@ def predict(model_id: ModelId, body: PredictIn, rt: RuntimeDep) -> PredictOut:
     with rt.uow() as uow:
         model = service.get_model(uow, model_id)
         served = service.serving(uow, rt.hot, rt.cache, model)
-    return service.predict(served, model_id, body)
+        return service.predict(uow, rt.cache, model, served, body)
 
 
 @router.get(

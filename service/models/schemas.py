@@ -6,9 +6,9 @@ import math
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from service.schemas import MAX_DB_INT, Name, Strict
+from service.schemas import MAX_DB_INT, Name, Strict, SubjectId
 
 
 class PrivacyIn(Strict):
@@ -110,13 +110,30 @@ class VersionList(BaseModel):
 
 class PredictIn(Strict):
     instances: list[list[float]] = Field(
-        min_length=1, max_length=1000, description="Rows of flattened features (row-major for images)"
+        default_factory=list,
+        max_length=1000,
+        description="Rows of flattened features (row-major for images)",
     )
+    sample_ids: list[SubjectId] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Or items of the model's remaining training data by id: rows, nodes of a node graph, "
+        "graphs of a collection (a forgotten item is unknown: 422)",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PredictIn:
+        if bool(self.instances) == bool(self.sample_ids):
+            raise ValueError("give either instances (feature rows) or sample_ids (items of the model's data)")
+        return self
 
 
 class Prediction(BaseModel):
     label: int
-    probabilities: list[float]
+    probabilities: list[float] | None = Field(
+        None,
+        description="Class probabilities (softmax models); null for one-vs-rest models, which give labels",
+    )
 
 
 class PredictOut(BaseModel):

@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from service.audit.service import model_chain
@@ -32,8 +33,8 @@ from service.models.schemas import (
 from service.storage.artifacts import ArtifactStore, BlobNotFound
 from service.storage.buckets import digests
 from service.storage.hot import HotStore, ServingWeights
-from unlearning.errors import UnlearningError
-from unlearning.methods.protocol import BudgetPolicy, PrivacyTarget
+from unlearning.errors import UnknownSampleError, UnlearningError
+from unlearning.methods.protocol import BudgetPolicy, MethodState, PredictsOwnData, PrivacyTarget
 from unlearning.methods.registry import get_method, method_names
 from unlearning.models import ModelSpec, build_model
 
@@ -259,20 +260,42 @@ def _flat_model(spec_json: str) -> Any:
     return build_model(ModelSpec.from_dict(json.loads(spec_json)))
 
 
-def predict(served: ServingWeights, model_id: int, body: PredictIn) -> PredictOut:
+def predict(
+    uow: UnitOfWork, cache: BlobCache, model: Model, served: ServingWeights, body: PredictIn
+) -> PredictOut:
+    """Predictions of the served version: a flat-parameter model evaluates feature rows itself (or the
+    model's own remaining rows named by id); a model over derived features asks its method
+    (:class:`~unlearning.methods.protocol.PredictsOwnData`)."""
+    spec = _flat_spec(served.spec)
     try:
-        spec = ModelSpec.from_dict(served.spec)
+        if spec is not None:
+            rows = _own_rows(cache, model, body.sample_ids) if body.sample_ids else body.instances
+            predictions = _flat_predictions(served, spec, model.id, rows)
+        else:
+            predictions = _method_predictions(uow, cache, model, served, body)
+    except UnlearningError as exc:
+        raise from_unlearning_error(exc) from None
+    return PredictOut(model_id=model.id, version=served.seq, predictions=predictions)
+
+
+def _flat_spec(spec: dict[str, Any]) -> ModelSpec | None:
+    try:
+        return ModelSpec.from_dict(spec)
     except (KeyError, TypeError, ValueError):
-        # Models over derived features (graph propagation, scattering, fitted row transforms) cannot be
-        # evaluated on raw rows alone; their weights are downloadable instead.
-        raise Unprocessable(
-            f"model {model_id} works on derived features, not raw rows: predictions through the API are "
-            "available for flat-parameter models (logistic regression, MLP, CNN); download its weights "
-            "from /weights instead",
-            code="predictions_unsupported",
-        ) from None
+        return None  # a model over derived features (graph propagation, scattering, fitted row transforms)
+
+
+def _own_rows(cache: BlobCache, model: Model, sample_ids: list[str]) -> Any:
+    """The remaining training rows named by ``sample_ids`` (a forgotten one is unknown)."""
+    if model.training is None:
+        raise UnknownSampleError(f"model {model.id} has no training rows left")
+    data = cache.dataset(model.training)
+    return data.features[data.indices_of(sample_ids)].reshape(len(sample_ids), -1).tolist()
+
+
+def _flat_predictions(served: ServingWeights, spec: ModelSpec, model_id: int, rows: Any) -> list[Prediction]:
     width = math.prod(spec.input_shape)
-    for i, row in enumerate(body.instances):
+    for i, row in enumerate(rows):
         if len(row) != width:
             raise Unprocessable(
                 f"instance {i} has {len(row)} features; model {model_id} takes {width} "
@@ -280,9 +303,7 @@ def predict(served: ServingWeights, model_id: int, body: PredictIn) -> PredictOu
                 code="dimension_mismatch",
             )
     flat = _flat_model(json.dumps(served.spec, sort_keys=True))
-    x = torch.tensor(body.instances, dtype=served.weights.dtype).reshape(
-        len(body.instances), *spec.input_shape
-    )
+    x = torch.tensor(rows, dtype=served.weights.dtype).reshape(len(rows), *spec.input_shape)
     with torch.no_grad():
         probabilities = torch.softmax(flat.logits(served.weights, x), dim=1)
     if not torch.isfinite(probabilities).all():
@@ -291,11 +312,39 @@ def predict(served: ServingWeights, model_id: int, body: PredictIn) -> PredictOu
             "the scale the model was trained on",
             code="overflow",
         )
-    return PredictOut(
-        model_id=model_id,
-        version=served.seq,
-        predictions=[
-            Prediction(label=int(p.argmax()), probabilities=[round(float(v), 7) for v in p])
-            for p in probabilities
-        ],
+    return [
+        Prediction(label=int(p.argmax()), probabilities=[round(float(v), 7) for v in p])
+        for p in probabilities
+    ]
+
+
+def _method_predictions(
+    uow: UnitOfWork, cache: BlobCache, model: Model, served: ServingWeights, body: PredictIn
+) -> list[Prediction]:
+    method = get_method(model.method)
+    if not isinstance(method, PredictsOwnData):
+        raise Unprocessable(
+            f"model {model.id} works on derived features and its method ({model.method}) does not answer "
+            "predictions: download its weights from /weights instead",
+            code="predictions_unsupported",
+        )
+    version = uow.models.version(served.version_id)
+    if version is None or version.released_blob is None:
+        raise Conflict(f"model {model.id} is switching versions; retry", code="superseded")
+    state = MethodState(
+        method=model.method,
+        model=method.restore_model(version.spec),
+        clean_weights=served.weights,
+        released_weights=served.weights,
+        statistics=None,
+        accounting={},
+        artifacts={name: cache.artifact(digest) for name, digest in version.artifacts.items()},
     )
+    data = cache.dataset(model.training) if model.training is not None else None
+    labels = method.predict(
+        state,
+        data,
+        instances=np.asarray(body.instances, dtype=np.float64) if body.instances else None,
+        item_ids=body.sample_ids,
+    )
+    return [Prediction(label=int(label)) for label in labels]

@@ -88,6 +88,10 @@ def _submit(client: Client, model_id: int, **subjects: Any) -> Any:
     return client.http.post(f"/v1/models/{model_id}/deletions", json=subjects, headers=key())
 
 
+def _predict(client: Client, model_id: int, **body: Any) -> Any:
+    return client.http.post(f"/v1/models/{model_id}/predictions", json=body)
+
+
 def _forget(client: Client, model_id: int, seq: int, **subjects: Any) -> dict[str, Any]:
     """Submit, wait for completion; the version excludes it and carries the method's certificate, and the
     ledger has a charge for that version."""
@@ -172,6 +176,13 @@ def test_node_graph_deletions_through_the_service(client: Client, runtime: Runti
     assert [i["status"] for i in bulk.json()["results"]] == [202, 422]
     client.done(bulk.json()["results"][0]["id"], timeout=120)
 
+    # Predictions of the served version on nodes of the remaining graph, by id; a deleted node is unknown.
+    predicted = _predict(client, model_id, sample_ids=[n(3), n(40)])
+    assert predicted.status_code == 200 and len(predicted.json()["predictions"]) == 2, predicted.text
+    assert predicted.json()["version"] == 5
+    _error(_predict(client, model_id, sample_ids=[n(10)]), 422, n(10))
+    _error(_predict(client, model_id, instances=[[0.0] * 8]), 422, "node ids")
+
     # The erased node, its owner and the deleted edge are in no stored graph; the original blob is gone.
     model_blob, dataset_blob, stored = _stored_graphs(runtime, model_id)
     for blob in (model_blob, dataset_blob):
@@ -237,6 +248,9 @@ def test_graph_collection_deletions_through_the_service(client: Client, runtime:
     _error(_submit(client, model_id, graph_ids=["3"]), 409, "already forgotten")
     _error(_submit(client, model_id, graph_nodes=[["5", "0"]]), 409, "already forgotten")
     _error(_submit(client, model_id, edges=[["0", "1"]]), 422, "graph_classification_newton", "not edges")
+    predicted = _predict(client, model_id, sample_ids=["0", "5"])
+    assert predicted.status_code == 200 and len(predicted.json()["predictions"]) == 2, predicted.text
+    _error(_predict(client, model_id, sample_ids=["3"]), 422, "3")  # a forgotten graph
 
     model_blob, dataset_blob, _ = _stored_graphs(runtime, model_id)
     assert model_blob == dataset_blob

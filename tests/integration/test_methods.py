@@ -49,10 +49,14 @@ def test_each_method_forgets_owners_through_the_service(
             assert cert["epsilon"] is None
     row = [[0.1] * 20]  # the bundled synthetic set has 20 features
     predicted = client.http.post(f"/v1/models/{model_id}/predictions", json={"instances": row})
-    if method == "newton_removal":  # a model over transformed rows: weights only, and a clear 422
-        assert predicted.status_code == 422 and "predictions_unsupported" in predicted.text
-    else:
-        assert predicted.status_code == 200 and predicted.json()["version"] == 3, predicted.text
+    assert predicted.status_code == 200 and predicted.json()["version"] == 3, predicted.text
+    # by id: a remaining row is predicted; a row of a forgotten owner (owner-00004: syn-00012..14) is unknown
+    kept = client.http.post(f"/v1/models/{model_id}/predictions", json={"sample_ids": ["syn-00000"]})
+    assert kept.status_code == 200 and len(kept.json()["predictions"]) == 1, kept.text
+    gone = client.http.post(f"/v1/models/{model_id}/predictions", json={"sample_ids": ["syn-00013"]})
+    assert gone.status_code == 422 and "syn-00013" in gone.text, gone.text
+    wrong = client.http.post(f"/v1/models/{model_id}/predictions", json={"instances": [[0.1] * 7]})
+    assert wrong.status_code == 422 and "20" in wrong.text, wrong.text
     budget = client.http.get(f"/v1/models/{model_id}/budget").json()
     assert budget["spent"] > 0 and budget["charges"][0]["kind"] == "initial"
     again = client.http.post(f"/v1/models/{model_id}/deletions", json={"owner_ids": ["owner-00004"]},

@@ -371,3 +371,32 @@ def test_a_graph_emptied_node_by_node_is_forgotten_as_a_graph(graph_fit) -> None
     # Its id is reported with the node keys, so the service erases it as a sample and refuses it later.
     assert graph.graph_id in outcome.forgotten_ids
     assert graph.graph_id not in collection.after_request(request).graph_ids
+
+
+def test_newton_methods_predict_on_their_own_data_and_refuse_what_was_forgotten(node_fit, graph_fit) -> None:
+    graph, state = node_fit
+    method = gnn.GraphNodeNewton()
+    victim, other = graph.node_ids[3], graph.node_ids[4]
+    outcome = method.forget(state, ForgetRequest(sample_ids=(victim,)), 1, CERTIFIED, remaining=graph)
+    remaining = graph.without([victim])
+    labels = method.predict(outcome.state, remaining, item_ids=[other])
+    expected = gnn.predict(outcome.state, remaining, remaining.index_of([other]))
+    np.testing.assert_array_equal(labels, expected)
+    with pytest.raises(UnknownSampleError, match="deleted"):
+        method.predict(outcome.state, remaining, item_ids=[victim])
+    with pytest.raises(UnsupportedRequestError, match="node ids"):
+        method.predict(outcome.state, remaining, instances=np.zeros((1, 16)))
+
+    collection, gstate = graph_fit
+    assert len(gcn.GraphClassificationNewton().predict(gstate, collection, item_ids=["1", "2"])) == 2
+
+    data = make_synthetic(n=80, num_features=6, num_classes=3, seed=0, samples_per_owner=4)
+    tabular = get_method("newton_removal")
+    tstate, _ = tabular.fit(data, {"lam": 1e-2, "alpha": 1.0}, CERTIFIED, seed=0)
+    by_id = tabular.predict(tstate, data, item_ids=[data.sample_ids[5]])
+    by_row = tabular.predict(tstate, data, instances=data.features[5:6])
+    np.testing.assert_array_equal(by_id, by_row)
+    with pytest.raises(UnsupportedRequestError, match="not both"):
+        tabular.predict(tstate, data, instances=data.features[:1], item_ids=[data.sample_ids[0]])
+    with pytest.raises(DimensionMismatchError, match="6 features"):
+        tabular.predict(tstate, data, instances=np.zeros((1, 4)))

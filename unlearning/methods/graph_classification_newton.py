@@ -45,6 +45,7 @@ from unlearning.errors import (
     DimensionMismatchError,
     InvalidConfigError,
     InvalidDatasetError,
+    UnsupportedRequestError,
 )
 from unlearning.methods.protocol import (
     BudgetPolicy,
@@ -199,6 +200,14 @@ class GraphClassificationNewton(NewtonMethodBase):
         flat = start.weights.detach().reshape(-1).cpu()
         return MethodState(method=self.name, model=spec, clean_weights=flat, released_weights=flat.clone(),
                            statistics=None, accounting=accounting, artifacts=artifacts, deleted_ids=set())
+
+    def predict(self, state: MethodState, data: Any, *, instances: Any | None = None,
+                item_ids: Sequence[str] = ()) -> np.ndarray:
+        """Labels of graphs of the remaining collection named by id (their scattering embeddings)."""
+        if instances is not None or not item_ids:
+            raise UnsupportedRequestError("a graph classification model predicts on graph ids (sample_ids)")
+        collection = _collection(data, "predicts on")
+        return predict(state, collection.take(collection.index_of(item_ids)))
 
     def _opening_certificate(self, state: MethodState, privacy: PrivacyTarget, **extra: Any) -> Certificate:
         return newton_certificate(self.name, state.accounting, privacy.release_mode, privacy.epsilon, privacy.delta,

@@ -31,7 +31,7 @@ needs no operator norm (see :mod:`unlearning.newton_removal`).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -44,6 +44,8 @@ from unlearning.errors import (
     DimensionMismatchError,
     InvalidConfigError,
     InvalidDatasetError,
+    UnknownSampleError,
+    UnsupportedRequestError,
 )
 from unlearning.methods.protocol import (
     BudgetPolicy,
@@ -188,6 +190,19 @@ class GraphNodeNewton(NewtonMethodBase):
         flat = start.weights.detach().reshape(-1).cpu()
         return MethodState(method=self.name, model=spec, clean_weights=flat, released_weights=flat.clone(),
                            statistics=None, accounting=accounting, artifacts=artifacts, deleted_ids=set())
+
+    def predict(self, state: MethodState, data: Any, *, instances: Any | None = None,
+                item_ids: Sequence[str] = ()) -> np.ndarray:
+        """Labels of nodes of the remaining graph named by id (a node's input is its propagated features,
+        so a node model predicts on node ids, not raw rows)."""
+        if instances is not None or not item_ids:
+            raise UnsupportedRequestError("a node classification model predicts on node ids (sample_ids)")
+        graph = _graph(data, "predicts on")
+        nodes = graph.index_of(item_ids)
+        if graph.deleted[nodes].any():
+            gone = next(i for i, n in zip(item_ids, nodes) if graph.deleted[n])
+            raise UnknownSampleError(f"node {gone!r} was deleted from graph {graph.name!r}")
+        return predict(state, graph, nodes)
 
     def _opening_certificate(self, state: MethodState, privacy: PrivacyTarget, **extra: Any) -> Certificate:
         return newton_certificate(self.name, state.accounting, privacy.release_mode, privacy.epsilon, privacy.delta,

@@ -19,7 +19,7 @@ every later design (a row-submatrix never has a larger norm).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -56,6 +56,9 @@ from unlearning.newton_removal import (
     gradient_difference,
     newton_certificate,
     newton_step,
+    one_source,
+    predict_labels,
+    released_weight_matrix,
     signed_targets,
     start_epoch,
     step_inputs,
@@ -197,6 +200,19 @@ class NewtonTabular(NewtonMethodBase):
             method=self.name, model=spec, clean_weights=flat, released_weights=flat.clone(), statistics=None,
             accounting=accounting, artifacts=fmap.artifacts(), deleted_ids=set(),
         )
+
+    def predict(self, state: MethodState, data: Any, *, instances: Any | None = None,
+                item_ids: Sequence[str] = ()) -> np.ndarray:
+        """Labels of raw rows, or of remaining rows named by sample id, through the epoch's feature map."""
+        one_source(instances, item_ids, "sample ids of the model's remaining rows")
+        rows = _dataset(data, "predicts on").features[data.indices_of(item_ids)] if item_ids else instances
+        fmap = TabularFeatureMap.restore(state.model.feature_map, state.artifacts)
+        features = fmap.transform(np.asarray(rows, dtype=np.float64))
+        W = released_weight_matrix(state)
+        if features.shape[1] != W.shape[0]:
+            width = W.shape[0] - (1 if fmap.intercept > 0 else 0)
+            raise DimensionMismatchError(f"each row needs {width} features, got {np.asarray(rows).shape[-1]}")
+        return predict_labels(W, torch.from_numpy(features))
 
     def _opening_certificate(self, state: MethodState, privacy: PrivacyTarget, **extra: Any) -> Certificate:
         return newton_certificate(

@@ -225,3 +225,23 @@ class UnlearningMethod(Protocol):
     def verify_certificate(self, certificate: Certificate) -> list[str]:
         """Recompute the bound and noise from the certificate's inputs; returns the discrepancies."""
         ...
+
+
+@runtime_checkable
+class PredictsOwnData(Protocol):
+    """Optional: a method whose model works on derived features (a fitted row transform, graph
+    propagation, scattering embeddings) answers predictions itself, since the raw rows alone are not
+    the model's input. The service asks a method for predictions only when it implements this."""
+
+    def predict(
+        self,
+        state: MethodState,
+        data: Any,
+        *,
+        instances: Any | None = None,
+        item_ids: Sequence[str] = (),
+    ) -> Any:
+        """Class labels (an int array) of raw feature rows ``instances``, or of the items of ``data`` (the
+        remaining training data: rows, nodes or graphs) named by ``item_ids``. A forgotten item is unknown
+        (:class:`UnknownSampleError`); an input the model cannot take raises another UnlearningError."""
+        ...
