@@ -1,4 +1,4 @@
-"""Group commit of single deletion submissions.
+"""Group commit of deletion submissions (single and bulk).
 
 A deletion POST costs a transaction: claim its Idempotency-Key, validate its subjects, insert the
 request, its subjects and events, chain its audit event, store the response. One transaction per POST
@@ -15,6 +15,8 @@ The semantics of each POST are unchanged:
   one-at-a-time path of :func:`service.idempotency.service.run`, which replays or answers 409/422;
 - if the batched transaction fails for an unexpected reason, each submission is retried alone, so one
   bad submission never fails the others.
+A bulk submission is one submission with several requests: its key covers them all, and its answer
+reports each (202 when every item was accepted, 207 otherwise).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from service.db.base import utcnow
-from service.deletions.schemas import DeletionIn
-from service.deletions.service import accept_many, submit
+from service.deletions.schemas import BulkIn, DeletionIn
+from service.deletions.service import accept_many, bulk_report
 from service.errors import ApiError
 from service.idempotency import service as idempotency
 from service.idempotency.service import Outcome
@@ -42,27 +44,45 @@ log = logging.getLogger(__name__)
 _WAIT_SLICE_SECONDS = 1.0  # how often a waiting request thread checks that the intake thread lives
 
 
-def deletion_scope(model_id: int) -> str:
-    return f"deletions:{model_id}"
+def deletion_scope(model_id: int, *, bulk: bool = False) -> str:
+    """The idempotency-key scope: keys of single and bulk submissions to a model are separate."""
+    return f"deletions-bulk:{model_id}" if bulk else f"deletions:{model_id}"
 
 
 @dataclass
 class _Submission:
     model_id: int
     key: str
+    payload: dict[str, Any]  # the request body as JSON: what the key's fingerprint covers
     digest: str
-    body: DeletionIn
+    bodies: list[DeletionIn]
+    bulk: bool
     done: threading.Event = field(default_factory=threading.Event)
     outcome: Outcome | None = None
     error: BaseException | None = None
 
     @property
     def scope(self) -> str:
-        return deletion_scope(self.model_id)
+        return deletion_scope(self.model_id, bulk=self.bulk)
+
+    def answer(self, results: list[Any]) -> tuple[int, dict[str, Any]]:
+        """The response stored under the key: a single request's 202 (its error raised), or a bulk
+        submission's report of every item."""
+        if self.bulk:
+            return bulk_report(results)
+        (result,) = results
+        if isinstance(result, ApiError):
+            raise result
+        return 202, result.model_dump(mode="json")
 
     def resolve(self, outcome: Outcome | None = None, error: BaseException | None = None) -> None:
         self.outcome, self.error = outcome, error
         self.done.set()
+
+
+def _accepted_any(status: int, body: dict[str, Any]) -> bool:
+    """Whether an answer queued any request (a single 202, or a bulk report with accepted items)."""
+    return bool(body.get("accepted", status == 202))
 
 
 class DeletionIntake:
@@ -86,12 +106,25 @@ class DeletionIntake:
             self._thread = None
 
     def submit(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
-        """Accept (or replay, or reject) one submission; blocks until its transaction has committed."""
+        """Accept (or replay, or reject) one request; blocks until its transaction has committed."""
+        return self._wait(self._submission(model_id, key, body.model_dump(mode="json"), [body], bulk=False))
+
+    def submit_bulk(self, model_id: int, key: str | None, body: BulkIn) -> Outcome:
+        """Accept or reject each item of a bulk submission (one key for all); blocks until committed."""
+        return self._wait(
+            self._submission(model_id, key, body.model_dump(mode="json"), body.items, bulk=True)
+        )
+
+    def _submission(
+        self, model_id: int, key: str | None, payload: dict[str, Any], bodies: list[DeletionIn], *, bulk: bool
+    ) -> _Submission:
         checked = idempotency.check_key(key)
-        digest = idempotency.fingerprint(self._rt.hasher, body.model_dump(mode="json"))
+        digest = idempotency.fingerprint(self._rt.hasher, payload)
+        return _Submission(model_id, checked, payload, digest, list(bodies), bulk)
+
+    def _wait(self, item: _Submission) -> Outcome:
         if self._thread is None:
-            return self._alone(_Submission(model_id, checked, digest, body))
-        item = _Submission(model_id, checked, digest, body)
+            return self._alone(item)
         self._queue.put(item)
         while not item.done.wait(_WAIT_SLICE_SECONDS):
             if self._thread is None or not self._thread.is_alive():
@@ -143,16 +176,15 @@ class DeletionIntake:
             rt.hasher,
             scope=item.scope,
             key=item.key,
-            body=item.body.model_dump(mode="json"),
+            body=item.payload,
             ttl_hours=rt.settings.idempotency_ttl_hours,
-            handler=lambda uow: (
-                202,
-                submit(
-                    uow, rt.cache, rt.hasher, item.model_id, item.body, rt.settings.deletion_sla_seconds
-                ).model_dump(mode="json"),
+            handler=lambda uow: item.answer(
+                accept_many(
+                    uow, rt.cache, rt.hasher, item.model_id, item.bodies, rt.settings.deletion_sla_seconds
+                )
             ),
         )
-        if not outcome.replayed:
+        if not outcome.replayed and _accepted_any(outcome.status, outcome.body):
             request_update(rt, item.model_id)
         return outcome
 
@@ -179,7 +211,7 @@ class DeletionIntake:
                 item.resolve(error=error)
             else:
                 item.resolve(outcome=Outcome(status, body, replayed=False))
-        for model_id in {s.model_id for s, status, _, _ in answers if status == 202}:
+        for model_id in {s.model_id for s, status, body, _ in answers if _accepted_any(status, body)}:
             request_update(rt, model_id)  # ... while the update job is published
         answered = {id(s) for s, _, _, _ in answers}
         return [item for item in batch if id(item) not in answered]
@@ -195,17 +227,21 @@ def _by_model(items: list[_Submission]) -> dict[int, list[_Submission]]:
 def _submit_model(
     rt: Runtime, uow: Any, model_id: int, items: list[_Submission]
 ) -> list[tuple[_Submission, int, dict[str, Any], ApiError | None]]:
-    """(submission, status, stored response body, error to raise) for each of one model's submissions."""
+    """(submission, status, stored response body, error to raise) for each of one model's submissions:
+    one :func:`accept_many` over all their requests, its results handed back to each in order."""
+    bodies = [b for s in items for b in s.bodies]
     try:
-        results = accept_many(
-            uow, rt.cache, rt.hasher, model_id, [s.body for s in items], rt.settings.deletion_sla_seconds
-        )
+        results = accept_many(uow, rt.cache, rt.hasher, model_id, bodies, rt.settings.deletion_sla_seconds)
     except ApiError as exc:  # about the model itself (unknown, failed): every submission gets it
         return [(s, exc.status, exc.body(), exc) for s in items]
     out: list[tuple[_Submission, int, dict[str, Any], ApiError | None]] = []
-    for item, result in zip(items, results):
-        if isinstance(result, ApiError):
-            out.append((item, result.status, result.body(), result))
+    start = 0
+    for item in items:
+        part, start = results[start : start + len(item.bodies)], start + len(item.bodies)
+        try:
+            status, body = item.answer(part)
+        except ApiError as exc:
+            out.append((item, exc.status, exc.body(), exc))
         else:
-            out.append((item, 202, result.model_dump(mode="json"), None))
+            out.append((item, status, body, None))
     return out

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 
-from service.db.uow import UnitOfWork
 from service.deletions import service
 from service.deletions.schemas import (
     BulkIn,
-    BulkItem,
     BulkOut,
     DeletionAccepted,
     DeletionIn,
@@ -20,9 +18,7 @@ from service.deletions.schemas import (
     State,
 )
 from service.deps import ModelId, RequestId, RuntimeDep
-from service.errors import ApiError
 from service.idempotency import service as idempotency
-from service.jobs.updates import request_update
 from service.models.service import get_model
 from service.schemas import MAX_DB_INT, error_responses
 
@@ -75,34 +71,7 @@ def submit_bulk(
     """Each item is accepted or rejected on its own (202 when all were accepted, 207 otherwise); one
     Idempotency-Key covers the whole submission."""
 
-    def handler(uow: UnitOfWork) -> tuple[int, dict[str, Any]]:
-        results: list[BulkItem] = []
-        outcomes = service.accept_many(
-            uow, rt.cache, rt.hasher, model_id, body.items, rt.settings.deletion_sla_seconds
-        )
-        for index, outcome in enumerate(outcomes):
-            if isinstance(outcome, ApiError):
-                results.append(BulkItem(index=index, status=outcome.status, error=outcome.body()["error"]))
-            else:
-                results.append(
-                    BulkItem(index=index, status=202, id=outcome.id, expected_by=outcome.expected_by)
-                )
-        accepted_count = sum(1 for r in results if r.status == 202)
-        out = BulkOut(accepted=accepted_count, rejected=len(results) - accepted_count, results=results)
-        return (202 if accepted_count == len(results) else 207), out.model_dump(mode="json")
-
-    outcome = idempotency.run(
-        rt.uow,
-        rt.hasher,
-        scope=f"deletions-bulk:{model_id}",
-        key=idempotency_key,
-        body=body.model_dump(mode="json"),
-        ttl_hours=rt.settings.idempotency_ttl_hours,
-        handler=handler,
-    )
-    if not outcome.replayed and outcome.body.get("accepted"):
-        request_update(rt, model_id)
-    return _respond(outcome)
+    return _respond(rt.deletion_intake().submit_bulk(model_id, idempotency_key, body))
 
 
 @router.get(

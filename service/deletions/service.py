@@ -11,6 +11,8 @@ from service.db.base import utcnow
 from service.db.tables import DeletionRequest, Model
 from service.db.uow import UnitOfWork
 from service.deletions.schemas import (
+    BulkItem,
+    BulkOut,
     CallbackOut,
     DeletionAccepted,
     DeletionIn,
@@ -28,19 +30,17 @@ if TYPE_CHECKING:
 _SHOWN = 5  # ids named in one error message
 
 
-def submit(
-    uow: UnitOfWork,
-    cache: BlobCache,
-    hasher: SubjectHasher,
-    model_id: int,
-    body: DeletionIn,
-    sla_seconds: float,
-) -> DeletionAccepted:
-    """One request: :func:`accept_many` with one item, its error raised."""
-    (result,) = accept_many(uow, cache, hasher, model_id, [body], sla_seconds)
-    if isinstance(result, ApiError):
-        raise result
-    return result
+def bulk_report(results: list[DeletionAccepted | ApiError]) -> tuple[int, dict[str, Any]]:
+    """A bulk submission's answer: every item's outcome; 202 when all were accepted, 207 otherwise."""
+    items = [
+        BulkItem(index=i, status=r.status, error=r.body()["error"])
+        if isinstance(r, ApiError)
+        else BulkItem(index=i, status=202, id=r.id, expected_by=r.expected_by)
+        for i, r in enumerate(results)
+    ]
+    accepted = sum(1 for item in items if item.status == 202)
+    report = BulkOut(accepted=accepted, rejected=len(items) - accepted, results=items)
+    return (202 if accepted == len(items) else 207), report.model_dump(mode="json")
 
 
 def accept_many(

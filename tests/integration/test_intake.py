@@ -122,3 +122,37 @@ def test_a_batch_that_fails_unexpectedly_is_retried_one_submission_at_a_time(
     assert failed.is_set(), f"no batch of several submissions formed: {calls}"
     assert [r.status_code for r in answers] == [202] * len(owners), [r.text for r in answers]
     assert len({r.json()["id"] for r in answers}) == len(owners)
+
+
+def test_bulk_and_single_submissions_share_a_batch_and_each_gets_its_own_report(
+    client: Client, runtime: Runtime, slow_first_batch: list[int]
+) -> None:
+    model_id = client.trained(n=60, samples_per_owner=2, policy={"max_deletion_fraction": 0.5})
+
+    def bulk(owners: list[str]) -> Any:
+        return client.http.post(
+            f"/v1/models/{model_id}/deletions/bulk",
+            json={"items": [{"owner_ids": [o]} for o in owners]},
+            headers=key(),
+        )
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(_post, client, model_id, "owner-00001")
+        time.sleep(0.05)  # the rest queue behind the held first batch and commit together
+        mixed = pool.submit(bulk, ["owner-00002", "owner-09999", "owner-00003"])
+        whole = pool.submit(bulk, ["owner-00004", "owner-00005"])
+        single = pool.submit(_post, client, model_id, "owner-00006")
+        answers = [first.result(), mixed.result(), whole.result(), single.result()]
+    # A transaction held more requests than any one submission has: a bulk shared it with another.
+    assert max(slow_first_batch) > 3, slow_first_batch
+    assert [r.status_code for r in answers] == [202, 207, 202, 202], [r.text for r in answers]
+    report = answers[1].json()
+    assert (report["accepted"], report["rejected"]) == (2, 1)
+    assert [item["status"] for item in report["results"]] == [202, 422, 202]
+    assert "owner-09999" in report["results"][1]["error"]["message"]
+    owners = {"owner-00002": report["results"][0]["id"], "owner-00003": report["results"][2]["id"]}
+    owners |= dict(zip(["owner-00004", "owner-00005"], [i["id"] for i in answers[2].json()["results"]]))
+    owners["owner-00006"] = answers[3].json()["id"]
+    for owner, request_id in owners.items():
+        assert _subject_hashes(runtime, request_id) == {runtime.hasher.owner(owner)}
+        client.done(request_id)
