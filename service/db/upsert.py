@@ -12,8 +12,8 @@ def insert_ignore(
     session: Session, table: Any, rows: list[dict[str, Any]] | dict[str, Any], returning: Any = None
 ) -> Any:
     """Insert, skipping rows that violate a unique constraint; with ``returning`` (a column, or a tuple of
-    columns), the inserted values (rows of a tuple). Several rows go as one executemany of a cached statement, not a statement
-    compiled for that many VALUES tuples."""
+    columns), the inserted values (rows of a tuple for a tuple). Several rows go as one executemany of a
+    cached statement, not a statement compiled for that many VALUES tuples."""
     dialect = session.get_bind().dialect.name
     module = postgresql if dialect == "postgresql" else sqlite
     stmt = module.insert(table).on_conflict_do_nothing()

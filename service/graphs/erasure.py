@@ -14,14 +14,11 @@ import numpy as np
 
 from service.graphs.storage import AnyGraph, subjects_of, write_graph
 from service.storage.artifacts import ArtifactStore
-from service.storage.buckets import digests
 from unlearning.data.graphs import GraphCollection, NodeGraph
 from unlearning.errors import UnknownSampleError
 from unlearning.methods.protocol import ForgetRequest
 
 if TYPE_CHECKING:
-    from service.db.tables import Dataset as DatasetRow
-    from service.db.uow import UnitOfWork
     from service.jobs.state import BlobCache
 
 
@@ -119,33 +116,21 @@ def _present_in_collection(collection: GraphCollection, request: ForgetRequest) 
     )
 
 
-def erase_graph_from_dataset(
-    uow: UnitOfWork,
+def graph_after_erasure(
     cache: BlobCache,
-    dataset_row: DatasetRow,
+    old: Mapping[str, Any],
     request: ForgetRequest | None,
     *,
-    holder: str,
     old_training: Mapping[str, Any] | None,
     new_training: Mapping[str, Any] | None,
-) -> set[str]:
-    """The graph counterpart of :func:`service.jobs.versions.erase_from_dataset`: the source dataset's
-    graph loses the same items; returns the blobs released. When the dataset and the model held the same
-    blob (the usual case) the dataset takes the model's new graph: nothing is written twice."""
-    old = dataset_row.arrays
-    assert old is not None
+) -> dict[str, Any]:
+    """The manifest of a source dataset's graph once it lost the items of ``request`` (``old`` itself when
+    nothing changes). When the dataset and the model held the same blob (the usual case) the dataset takes
+    the model's new graph: nothing is written twice."""
     if old_training is not None and new_training is not None and old["buckets"] == old_training["buckets"]:
         arrays = dict(new_training)
     elif request is not None and request.kinds():
         arrays = write_graph(cache.store, after_present(cache.dataset(old), request))
     else:
-        return set()
-    if arrays["buckets"] == old["buckets"]:
-        return set()
-    released = uow.refs.release(holder, digests(old) - digests(arrays))
-    uow.refs.hold(holder, digests(arrays) - digests(old))
-    remaining = int(arrays["num_samples"])
-    dataset_row.erased_rows += max(dataset_row.num_rows - remaining, 0)
-    dataset_row.num_rows = remaining
-    dataset_row.arrays = arrays
-    return released
+        return dict(old)
+    return dict(old) if arrays["buckets"] == old["buckets"] else arrays

@@ -23,7 +23,7 @@ from service.db.base import utcnow
 from service.db.tables import Dataset as DatasetRow
 from service.db.tables import Model, ModelVersion
 from service.db.uow import UnitOfWork
-from service.graphs.erasure import erase_graph_from_dataset, forget_graph
+from service.graphs.erasure import forget_graph, graph_after_erasure
 from service.graphs.storage import is_graph
 from service.jobs.state import BlobCache, json_safe, write_statistics
 from service.storage.artifacts import ArtifactStore
@@ -245,26 +245,32 @@ def erase_from_dataset(
     if dataset_row.arrays is None:
         return set()
     if is_graph(dataset_row.arrays):  # graph datasets (service.graphs): the graph loses the same items
-        return erase_graph_from_dataset(
-            uow,
-            cache,
-            dataset_row,
-            request,
-            holder=dataset_holder(dataset_row.id),
-            old_training=old_training,
-            new_training=new_training,
+        arrays: dict[str, Any] | None = graph_after_erasure(
+            cache, dataset_row.arrays, request, old_training=old_training, new_training=new_training
         )
-    if old_training is not None and dataset_row.arrays["buckets"] == old_training["buckets"]:
+    elif old_training is not None and dataset_row.arrays["buckets"] == old_training["buckets"]:
         arrays = dict(new_training) if new_training else None
     else:
         arrays, _ = cache.drop_rows(dataset_row.arrays, forgotten)
         arrays = arrays if arrays["buckets"] else None
     if arrays == dataset_row.arrays:
         return set()
-    released = uow.refs.release(dataset_holder(dataset_row.id), digests(dataset_row.arrays) - digests(arrays))
-    uow.refs.hold(dataset_holder(dataset_row.id), digests(arrays) - digests(dataset_row.arrays))
-    remaining = sum(len(cache.bucket(d).sample_ids) for d in digests(arrays))
-    dataset_row.erased_rows += dataset_row.num_rows - remaining
+    holder = dataset_holder(dataset_row.id)
+    released = uow.refs.release(holder, digests(dataset_row.arrays) - digests(arrays))
+    uow.refs.hold(holder, digests(arrays) - digests(dataset_row.arrays))
+    remaining = row_count(cache, arrays)
+    dataset_row.erased_rows += max(dataset_row.num_rows - remaining, 0)
     dataset_row.num_rows = remaining
     dataset_row.arrays = arrays
     return released
+
+
+def row_count(cache: BlobCache, manifest: Mapping[str, Any] | None) -> int:
+    """Rows (graphs: samples) a manifest names, from its own count; a manifest written before the count
+    was kept is counted bucket by bucket."""
+    if manifest is None:
+        return 0
+    for key in ("num_rows", "num_samples"):
+        if key in manifest:
+            return int(manifest[key])
+    return sum(len(cache.bucket(d).sample_ids) for d in digests(manifest))

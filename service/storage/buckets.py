@@ -7,8 +7,10 @@ blobs are deleted. Forgetting some of an owner's samples rewrites only that owne
 more owners than that, owners share buckets by hash and erasing one rewrites the bucket it hashes to. Each bucket is one safetensors blob: the arrays (row i of each
 belongs to ``sample_ids[i]``) plus the sample and owner ids in the metadata.
 
-A manifest (JSON, stored in the owning row) names the buckets: ``{"num_buckets": B, "buckets":
-{"3": digest, ...}, ...}`` with any extra keys the owner keeps there (dimension, dtype, class count).
+A manifest (JSON, stored in the owning row) names the buckets: ``{"num_buckets": B, "num_rows": n,
+"buckets": {"3": digest, ...}, ...}`` with any extra keys the owner keeps there (dimension, dtype, class
+count). ``num_rows`` is kept up to date by :func:`drop_rows`, so counting rows never reads the buckets
+(manifests written before it existed lack it).
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def write_buckets(
     items = sorted(rows.items())
     with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
         digests_ = list(pool.map(put, [idx for _, idx in items]))
-    return {**extra, "num_buckets": num_buckets, "buckets": {b: d for (b, _), d in zip(items, digests_)}}
+    buckets = {b: d for (b, _), d in zip(items, digests_)}
+    return {**extra, "num_buckets": num_buckets, "num_rows": len(sample_ids), "buckets": buckets}
 
 
 def drop_rows(
@@ -114,6 +117,7 @@ def drop_rows(
     for sid, owner in removed.items():
         affected[bucket_of(owner, int(manifest["num_buckets"]))].add(sid)
     buckets = dict(manifest["buckets"])
+    removed_rows = 0
     for b, gone in affected.items():
         old = buckets.get(b)
         if old is None:
@@ -122,6 +126,7 @@ def drop_rows(
         keep = [i for i, sid in enumerate(bucket.sample_ids) if sid not in gone]
         if len(keep) == len(bucket.sample_ids):
             continue
+        removed_rows += len(bucket.sample_ids) - len(keep)
         if keep:
             index = np.asarray(keep, dtype=np.int64)
             kept = Bucket(
@@ -135,7 +140,10 @@ def drop_rows(
         else:
             del buckets[b]
     dropped = set(manifest["buckets"].values()) - set(buckets.values())
-    return {**manifest, "buckets": buckets}, dropped
+    out = {**manifest, "buckets": buckets}
+    if "num_rows" in manifest:
+        out["num_rows"] = int(manifest["num_rows"]) - removed_rows
+    return out, dropped
 
 
 def read_rows(read: Callable[[str], Bucket], manifest: Mapping[str, Any]) -> Bucket:
