@@ -13,7 +13,10 @@ batch 32, L2 0.5, decay 0.995, clip 5; digest 002 section 8) and measures, over 
 - ``completed_per_s``: a burst of deletions submitted at once (bulk submissions), divided by the time
   from the first send to the last completion; the worker coalesces them into few versions;
 - ``retrain_per_request_p50_ms``: the same kind of request answered by retraining, on a twin model
-  whose budget policy admits no update (every request waits for a retrain), one request at a time.
+  whose budget policy admits no update (every request waits for a retrain), one request at a time;
+- ``cpu_ms_per_request``: CPU milliseconds per request of the API, the worker, Postgres, Redis and the
+  load generator, over the offered load and over the burst (from the first send until the newest request
+  has completed; Linux /proc, empty elsewhere). It says where the two cores go.
 
 The last line of stdout is one JSON object with those keys and the settings that produced them.
 ``--quick`` trains R1 for 1 epoch instead of 15 and sends fewer requests; it finishes in under 60 s.
@@ -136,10 +139,10 @@ class Bench:
 
 def offered_load(
     base_url: str, model_id: int, owners: list[str], rate: float
-) -> tuple[list[float], list[float]]:
+) -> list[tuple[float, float, int]]:
     """Open loop: request i is sent at t0 + i/rate whatever the earlier answers' latency (asyncio, one
-    thread: the generator itself must not eat the CPU the service needs). Returns the POST-to-completed
-    latencies and the POST-to-202 latencies, in ms."""
+    thread: the generator itself must not eat the CPU the service needs). Returns, per request, the send
+    time, the seconds to its 202 answer and the request id."""
 
     async def run() -> list[tuple[float, float, int]]:
         async with httpx.AsyncClient(
@@ -161,14 +164,30 @@ def offered_load(
             t0 = loop.time() + 0.2
             return await asyncio.gather(*(one(i, o) for i, o in enumerate(owners)))
 
-    sent = asyncio.run(run())
-    bench = Bench(base_url)
+    return asyncio.run(run())
+
+
+def latencies(bench: Bench, sent: list[tuple[float, float, int]]) -> tuple[list[float], list[float]]:
+    """POST-to-completed and POST-to-202 latencies in ms of the requests :func:`offered_load` sent."""
     completed = [(bench.completed_at(rid, 120) - t) * 1000.0 for t, _, rid in sent]
     return completed, [answered * 1000.0 for _, answered, _ in sent]
 
 
-def burst(bench: Bench, model_id: int, owners: list[str], chunk: int = 100) -> float:
-    """Everything at once in bulk submissions of ``chunk``; returns completed deletions per second."""
+def wait_newest(bench: Bench, ids: list[int]) -> None:
+    """Until the newest request has completed, polled slowly. The worker drains oldest first, so by then
+    every other one has too; polling each request every 20 ms would put the client's reads on the two
+    cores being measured."""
+    bench.completed_at(max(ids), 120, poll=0.1)
+
+
+def cpu_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
+    """CPU milliseconds per request of each process group over a phase (empty off Linux)."""
+    return {k: round((after[k] - before[k]) * 1000.0 / requests, 2) for k in sorted(after)}
+
+
+def burst(bench: Bench, model_id: int, owners: list[str], chunk: int = 100) -> tuple[float, list[int]]:
+    """Everything at once in bulk submissions of ``chunk``, until the last has completed; returns the
+    start time and the request ids."""
     start = time.time()
     with ThreadPoolExecutor(max_workers=8) as pool:
         ids = [
@@ -179,10 +198,12 @@ def burst(bench: Bench, model_id: int, owners: list[str], chunk: int = 100) -> f
             )
             for i in part
         ]
-    # Wait on the newest request first, slowly: the worker drains oldest first, so by then the others
-    # are done and each costs one read. Polling every request at 20 ms would put the client's reads on
-    # the two cores the burst is measured on.
-    bench.completed_at(max(ids), 120, poll=0.1)
+    wait_newest(bench, ids)
+    return start, ids
+
+
+def completed_per_second(bench: Bench, start: float, ids: list[int]) -> float:
+    """Deletions of a :func:`burst` per second, from its start to the last server ``completed_at``."""
     last = max(bench.completed_at(rid, 120, poll=0.1) for rid in ids)
     return len(ids) / max(last - start, 1e-6)
 
@@ -224,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
             log(f"cannot run: {exc}")
             return 2
         env = stack.service_env(pg, rd, var, token, log_level="warning")
-        base = exit_stack.enter_context(stack.api_server(env, var / "api.log"))
-        exit_stack.enter_context(
+        base, api = exit_stack.enter_context(stack.api_process(env, var / "api.log"))
+        worker = exit_stack.enter_context(
             stack.celery_worker(env, var / "worker.log", concurrency=2, name=f"bench-{token}")
         )
+        processes = {"api": api.pid, "worker": worker.pid}
         log(f"stack up in {time.monotonic() - started:.1f}s at {base}")
         bench = Bench(base)
         dataset = bench.http.post("/v1/datasets/bundled", json={"name": "mnist", "n": 1000, "seed": 0}).json()
@@ -240,23 +262,31 @@ def main(argv: list[str] | None = None) -> int:
         twin = bench.register(dataset["id"], hyper, {"max_deletion_fraction": 1e-6}, "R1-retrain-only")
         bench.ready(twin, timeout=1800)
 
-        latencies, answers = offered_load(base, r1, owners[:n_requests], args.rate)
+        cpu = stack.cpu_seconds(processes)
+        sent = offered_load(base, r1, owners[:n_requests], args.rate)
+        wait_newest(bench, [rid for _, _, rid in sent])
+        cpu_load = cpu_per_request(cpu, stack.cpu_seconds(processes), n_requests)
+        completed, answers = latencies(bench, sent)
         log(f"offered load done at {time.monotonic() - started:.1f}s")
-        rate = burst(bench, r1, owners[n_requests : n_requests + n_burst])
+        cpu = stack.cpu_seconds(processes)
+        burst_start, burst_ids = burst(bench, r1, owners[n_requests : n_requests + n_burst])
+        cpu_burst = cpu_per_request(cpu, stack.cpu_seconds(processes), n_burst)
+        rate = completed_per_second(bench, burst_start, burst_ids)
         log(f"burst done at {time.monotonic() - started:.1f}s")
         retrains = retrain_latencies(bench, twin, owners[-n_retrains:], timeout=1800)
         versions = bench.http.get(f"/v1/models/{r1}/versions").json()["versions"]
         assert bench.http.get("/v1/audit/verify").json()["ok"], "audit chain broken"
 
     result = {
-        "p50_ms": round(percentile(latencies, 0.50), 2),
-        "p95_ms": round(percentile(latencies, 0.95), 2),
-        "p99_ms": round(percentile(latencies, 0.99), 2),
+        "p50_ms": round(percentile(completed, 0.50), 2),
+        "p95_ms": round(percentile(completed, 0.95), 2),
+        "p99_ms": round(percentile(completed, 0.99), 2),
         "rate_rps": args.rate,
         "post_p50_ms": round(percentile(answers, 0.50), 2),
         "post_p99_ms": round(percentile(answers, 0.99), 2),
         "completed_per_s": round(rate, 1),
         "retrain_per_request_p50_ms": round(statistics.median(retrains), 1),
+        "cpu_ms_per_request": {"offered_load": cpu_load, "burst": cpu_burst},
         "requests": n_requests,
         "burst": n_burst,
         "retrains": n_retrains,

@@ -151,6 +151,13 @@ def free_port() -> int:
 @contextmanager
 def api_server(env: dict[str, str], log: Path) -> Iterator[str]:
     """``python -m service`` with ``env`` on a free port; yields its base URL once /readyz answers 200."""
+    with api_process(env, log) as (base, _):
+        yield base
+
+
+@contextmanager
+def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """:func:`api_server`, yielding the process too (to account for its CPU time)."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "service"],
@@ -177,6 +184,52 @@ def api_server(env: dict[str, str], log: Path) -> Iterator[str]:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        yield base
+        yield base, proc
     finally:
         _stop(proc)
+
+
+# -- CPU accounting ------------------------------------------------------------------------------
+
+_SERVERS = {"postgres": "postgres", "redis-server": "redis"}
+
+
+def _proc_stats() -> dict[int, tuple[str, int, float]]:
+    """pid -> (command name, parent pid, CPU seconds: user + system) of every process, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
+        out[int(entry)] = (name, int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def cpu_seconds(processes: dict[str, int]) -> dict[str, float]:
+    """CPU seconds used so far by each named process with its descendants, by every Postgres and Redis
+    server process of the machine (``postgres``, ``redis``) and by this process alone (``load_generator``).
+
+    Read from /proc, so Linux only (an empty dict elsewhere). Processes that already exited are not
+    counted: take differences over a phase in which the counted ones stay up.
+    """
+    if not Path("/proc/self/stat").exists():
+        return {}
+    stats = _proc_stats()
+    children: dict[int, list[int]] = {}
+    for pid, (_, parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+
+    def tree(pid: int) -> float:
+        return stats.get(pid, ("", 0, 0.0))[2] + sum(tree(c) for c in children.get(pid, []))
+
+    out = {label: tree(pid) for label, pid in processes.items()}
+    for name, label in _SERVERS.items():
+        out[label] = sum(cpu for n, _, cpu in stats.values() if n == name)
+    out["load_generator"] = stats.get(os.getpid(), ("", 0, 0.0))[2]  # the services are its children
+    return out

@@ -42,3 +42,9 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     assert figures["rate_rps"] == 100.0 and figures["requests"] == 30 and figures["burst"] == 40
     assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"]
     assert figures["completed_per_s"] > 0 and figures["retrain_per_request_p50_ms"] > 0
+    # Where the CPU went (Linux /proc): the API and the worker did the work, nobody ran backwards.
+    for phase in ("offered_load", "burst"):
+        cpu = figures["cpu_ms_per_request"][phase]
+        assert {"api", "worker", "postgres", "redis", "load_generator"} <= set(cpu)
+        assert cpu["api"] > 0 and cpu["worker"] > 0 and cpu["postgres"] > 0
+        assert all(v >= 0 for v in cpu.values())
