@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 
 from bench import stack
+from bench.loadgen import KeepAliveClient
 
 R1 = {
     "epochs": 15,
@@ -141,28 +142,29 @@ def offered_load(
     base_url: str, model_id: int, owners: list[str], rate: float
 ) -> list[tuple[float, float, int]]:
     """Open loop: request i is sent at t0 + i/rate whatever the earlier answers' latency (asyncio, one
-    thread: the generator itself must not eat the CPU the service needs). Returns, per request, the send
-    time, the seconds to its 202 answer and the request id."""
+    thread, and the lean :class:`bench.loadgen.KeepAliveClient`: the generator itself must not eat the
+    CPU the service needs). Returns, per request, the send time, the seconds to its 202 answer and the
+    request id."""
 
     async def run() -> list[tuple[float, float, int]]:
-        async with httpx.AsyncClient(
-            base_url=base_url, timeout=60, limits=httpx.Limits(max_connections=64)
-        ) as client:
+        client = KeepAliveClient(base_url, connections=64)
 
-            async def one(i: int, owner: str) -> tuple[float, float, int]:
-                await asyncio.sleep(max(t0 + i / rate - loop.time(), 0))
-                sent = time.time()
-                r = await client.post(
-                    f"/v1/models/{model_id}/deletions",
-                    json={"owner_ids": [owner]},
-                    headers={"Idempotency-Key": str(uuid.uuid4())},
-                )
-                r.raise_for_status()
-                return sent, time.time() - sent, int(r.json()["id"])
+        async def one(i: int, owner: str) -> tuple[float, float, int]:
+            await asyncio.sleep(max(t0 + i / rate - loop.time(), 0))
+            sent = time.time()
+            answer = await client.post_json(
+                f"/v1/models/{model_id}/deletions",
+                {"owner_ids": [owner]},
+                {"Idempotency-Key": str(uuid.uuid4())},
+            )
+            return sent, time.time() - sent, int(answer.json()["id"])
 
-            loop = asyncio.get_running_loop()
-            t0 = loop.time() + 0.2
+        loop = asyncio.get_running_loop()
+        t0 = loop.time() + 0.2
+        try:
             return await asyncio.gather(*(one(i, o) for i, o in enumerate(owners)))
+        finally:
+            await client.aclose()
 
     return asyncio.run(run())
 
