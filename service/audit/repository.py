@@ -77,7 +77,9 @@ class AuditRepository:
                 payload=row["payload"],
             )
             rows.append(row)
-        self.session.execute(insert(AuditEvent), rows)
+        # render_nulls: a None (a version event's request_id) is sent as NULL, so rows with and without
+        # one stay in one executemany instead of one statement per set of present keys.
+        self.session.execute(insert(AuditEvent).execution_options(render_nulls=True), rows)
         head.seq, head.hash = seq, prev
 
     def query(

@@ -127,7 +127,7 @@ class DeletionRepository:
         request's history reads back in the order its states were entered."""
         if events:
             self.session.execute(
-                insert(RequestEvent),
+                insert(RequestEvent).execution_options(render_nulls=True),  # see AuditRepository
                 [{"request_id": r, "state": st, "at": at, "detail": d} for r, st, at, d in events],
             )
 
