@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from service import heap
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork
 from service.jobs.state import BlobCache
@@ -40,6 +41,7 @@ class Runtime:
         self._intake: DeletionIntake | None = None
         self._started = False
         self._users = 0
+        self._heap_settled = False
 
     def _make_queue(self) -> TaskQueue:
         if self.settings.effective_worker == "celery":
@@ -64,7 +66,14 @@ class Runtime:
     def run_job(self, task: str, payload: dict[str, Any]) -> None:
         from service.jobs.registry import run
 
-        run(self, task, payload)
+        try:
+            run(self, task, payload)
+        finally:
+            if not self._heap_settled:
+                # The first job imported the maths (torch) and warmed the caches: freeze what is alive, so
+                # that later full collections stay short (service.heap).
+                self._heap_settled = True
+                heap.settle()
 
     def migrate(self) -> None:
         from service.db.migrate import upgrade
@@ -91,6 +100,7 @@ class Runtime:
         self.dispatcher.start()
         if self.role == "api":
             self.deletion_intake().start()
+            heap.settle()  # everything the API keeps is built now (the intake imported the jobs)
 
     def stop(self) -> None:
         self._users = max(self._users - 1, 0)
