@@ -31,9 +31,7 @@ def test_settle_freezes_live_objects_and_collects_cycles(unfrozen: None) -> None
 
     frozen = heap.settle()
 
-    assert frozen == gc.get_freeze_count() > 0
-    tracked = {id(o) for o in gc.get_objects()}
-    assert id(kept) not in tracked  # in the permanent generation: later collections skip it
+    # (other threads of a test session may settle their own runtimes meanwhile: counts only grow)
+    assert 0 < frozen <= gc.get_freeze_count()
+    assert id(kept) not in {id(o) for o in gc.get_objects()}  # permanent generation: collections skip it
     assert garbage() is None  # the unreachable cycle was collected before the freeze, not frozen
-    later = [object()]
-    assert id(later) in {id(o) for o in gc.get_objects()}  # new objects are collected as usual
