@@ -31,7 +31,8 @@ def test_settle_freezes_live_objects_and_collects_cycles(unfrozen: None) -> None
 
     frozen = heap.settle()
 
-    # (other threads of a test session may settle their own runtimes meanwhile: counts only grow)
-    assert 0 < frozen <= gc.get_freeze_count()
+    # Only that the count is positive: in a test session other threads may settle their runtimes, and a
+    # frozen object whose last reference goes is still freed (the count drops).
+    assert frozen > 0 and gc.get_freeze_count() > 0
     assert id(kept) not in {id(o) for o in gc.get_objects()}  # permanent generation: collections skip it
     assert garbage() is None  # the unreachable cycle was collected before the freeze, not frozen
