@@ -12,7 +12,16 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-KEYS = {"p50_ms", "p95_ms", "p99_ms", "rate_rps", "completed_per_s", "retrain_per_request_p50_ms"}
+KEYS = {
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "rate_rps",
+    "completed_per_s",
+    "retrain_per_request_p50_ms",
+    "first_request_ms",
+    "warmup",
+}
 
 
 def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
@@ -29,6 +38,8 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
             "40",
             "--retrains",
             "1",
+            "--warmup",
+            "5",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -40,6 +51,7 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert KEYS <= set(figures)
     assert figures["rate_rps"] == 100.0 and figures["requests"] == 30 and figures["burst"] == 40
+    assert figures["warmup"] == 5 and figures["first_request_ms"] > 0
     assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"]
     assert figures["completed_per_s"] > 0 and figures["retrain_per_request_p50_ms"] > 0
     # Where the CPU went (Linux /proc): the API and the worker did the work, nobody ran backwards.
