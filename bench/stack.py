@@ -3,7 +3,8 @@
 - :func:`postgres_database`: a fresh, uniquely named database on the local Postgres, dropped at the end;
 - :func:`redis_database`: an empty Redis database number, claimed for the caller, flushed at the end;
 - :func:`service_env`: the LETHE_ variables of a production-mode service on those two;
-- :func:`celery_worker` and :func:`api_server`: the worker and the API as real subprocesses.
+- :func:`celery_worker` and :func:`api_process`: the worker and the API as real subprocesses;
+- :func:`cpu_seconds`: the CPU time each of them, Postgres and Redis have used so far.
 
 Every helper raises :class:`ServersUnavailable` when Postgres or Redis cannot be reached.
 """
@@ -149,15 +150,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def api_server(env: dict[str, str], log: Path) -> Iterator[str]:
-    """``python -m service`` with ``env`` on a free port; yields its base URL once /readyz answers 200."""
-    with api_process(env, log) as (base, _):
-        yield base
-
-
-@contextmanager
 def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """:func:`api_server`, yielding the process too (to account for its CPU time)."""
+    """``python -m service`` with ``env`` on a free port; yields its base URL and the process (to account
+    for its CPU time) once /readyz answers 200."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "service"],
