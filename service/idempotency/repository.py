@@ -19,20 +19,7 @@ class IdempotencyRepository:
 
     def claim(self, scope: str, key: str, fingerprint: str, expires_at: datetime) -> bool:
         """Insert the key as in flight; False when it already exists (the caller then reads it)."""
-        inserted = insert_ignore(
-            self.session,
-            IdempotencyKey,
-            {
-                "scope": scope,
-                "key": key,
-                "fingerprint": fingerprint,
-                "status": "in_flight",
-                "created_at": utcnow(),
-                "expires_at": expires_at,
-            },
-            returning=IdempotencyKey.key,
-        )
-        return bool(inserted)
+        return bool(self.claim_many([(scope, key, fingerprint)], expires_at))
 
     def claim_many(self, keys: list[tuple[str, str, str]], expires_at: datetime) -> set[tuple[str, str]]:
         """Insert ``(scope, key, fingerprint)`` rows as in flight in one statement; returns the (scope, key)
@@ -60,12 +47,7 @@ class IdempotencyRepository:
         return self.session.get(IdempotencyKey, (scope, key), populate_existing=True)
 
     def complete(self, scope: str, key: str, status: int, body: dict[str, Any]) -> None:
-        self.session.execute(
-            update(IdempotencyKey)
-            .where(IdempotencyKey.scope == scope, IdempotencyKey.key == key)
-            .values(status="done", response_status=status, response_body=body)
-            .execution_options(synchronize_session=False)
-        )
+        self.complete_many([(scope, key, status, body)])
 
     def complete_many(self, answers: list[tuple[str, str, int, dict[str, Any]]]) -> None:
         """:meth:`complete` for many ``(scope, key, status, body)`` at once (one executemany)."""

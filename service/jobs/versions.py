@@ -20,7 +20,6 @@ from typing import Any
 from sqlalchemy import update
 
 from service.db.base import utcnow
-from service.db.tables import Dataset as DatasetRow
 from service.db.tables import Model, ModelVersion
 from service.db.uow import UnitOfWork
 from service.graphs.erasure import forget_graph, graph_after_erasure
@@ -211,38 +210,15 @@ def erase_from_source(
     new_training: Mapping[str, Any] | None,
     request: ForgetRequest | None = None,
 ) -> set[str]:
-    """:func:`erase_from_dataset` on the model's source dataset, locked first (absent: nothing to do)."""
-    dataset_row = uow.datasets.lock(model.dataset_id)
-    if dataset_row is None:
-        return set()
-    return erase_from_dataset(
-        uow,
-        cache,
-        dataset_row,
-        forgotten,
-        old_training=old_training,
-        new_training=new_training,
-        request=request,
-    )
-
-
-def erase_from_dataset(
-    uow: UnitOfWork,
-    cache: BlobCache,
-    dataset_row: DatasetRow,
-    forgotten: Mapping[str, str],
-    *,
-    old_training: Mapping[str, Any] | None,
-    new_training: Mapping[str, Any] | None,
-    request: ForgetRequest | None = None,
-) -> set[str]:
-    """Remove the forgotten samples from the dataset's own stored arrays; returns the blobs released.
+    """Remove the forgotten samples from the stored arrays of the model's source dataset (locked first;
+    absent: nothing to do); returns the blobs released.
 
     A subject forgotten by one model is erased from the source dataset too, so a model registered on the
     dataset later never sees them. When the dataset and the model held the same buckets (the usual case)
     the dataset takes the model's new buckets: nothing is written twice.
     """
-    if dataset_row.arrays is None:
+    dataset_row = uow.datasets.lock(model.dataset_id)
+    if dataset_row is None or dataset_row.arrays is None:
         return set()
     if is_graph(dataset_row.arrays):  # graph datasets (service.graphs): the graph loses the same items
         arrays: dict[str, Any] | None = graph_after_erasure(
