@@ -36,7 +36,7 @@ lint: install
 	$(PY) -m ruff check unlearning service workers bench tests
 
 typecheck: install
-	$(PY) -m mypy unlearning
+	$(PY) -m mypy  # the packages in pyproject's [tool.mypy]: unlearning, service, workers, bench
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache

@@ -63,7 +63,8 @@ def redis_database(token: str) -> Iterator[str]:
     try:
         probe = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=3)
         probe.ping()
-        databases = int(probe.config_get("databases").get("databases", 16))
+        found = probe.config_get("databases").get("databases")  # absent: Redis's default of 16
+        databases = 16 if found is None else int(found)
     except redis.RedisError as exc:
         raise ServersUnavailable(f"Redis at {REDIS_HOST}:{REDIS_PORT}: {exc}") from exc
     for db in range(databases - 1, 0, -1):

@@ -11,7 +11,7 @@ from service.schemas import MAX_DB_INT
 
 
 def runtime(request: Request) -> Runtime:
-    return request.app.state.runtime  # type: ignore[no-any-return]
+    return request.app.state.runtime
 
 
 RuntimeDep = Annotated[Runtime, Depends(runtime)]

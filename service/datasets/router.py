@@ -60,7 +60,7 @@ def _out(row: DatasetRow) -> DatasetOut:
     return DatasetOut(
         id=row.id,
         name=row.name,
-        source=row.source,  # type: ignore[arg-type]
+        source=row.source,
         format=row.format,
         num_rows=row.num_rows,
         num_classes=row.num_classes,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins  # the class's ``list`` method shadows the builtin in its annotations
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -131,14 +132,14 @@ class DeletionRepository:
                 [{"request_id": r, "state": st, "at": at, "detail": d} for r, st, at, d in events],
             )
 
-    def events(self, request_id: int) -> list[RequestEvent]:
+    def events(self, request_id: int) -> builtins.list[RequestEvent]:
         return list(
             self.session.scalars(
                 select(RequestEvent).where(RequestEvent.request_id == request_id).order_by(RequestEvent.id)
             )
         )
 
-    def events_for(self, request_ids: Sequence[int]) -> dict[int, list[RequestEvent]]:
+    def events_for(self, request_ids: Sequence[int]) -> dict[int, builtins.list[RequestEvent]]:
         out: dict[int, list[RequestEvent]] = {rid: [] for rid in request_ids}
         if request_ids:
             for ev in self.session.scalars(
@@ -157,7 +158,7 @@ class DeletionRepository:
                 [{"request_id": r, "subject_hash": h, "kind": k} for r, h, k in subjects],
             )
 
-    def subjects(self, request_id: int) -> list[RequestSubject]:
+    def subjects(self, request_id: int) -> builtins.list[RequestSubject]:
         return list(
             self.session.scalars(select(RequestSubject).where(RequestSubject.request_id == request_id))
         )

@@ -193,11 +193,11 @@ def request_out(uow: UnitOfWork, request: DeletionRequest, history: list | None 
     return DeletionOut(
         id=request.id,
         model_id=request.model_id,
-        state=request.state,  # type: ignore[arg-type]
+        state=request.state,
         num_samples=request.num_samples,
         num_owner_ids=len(subjects.get("owner_ids", [])) if subjects else None,
         num_sample_ids=len(subjects.get("sample_ids", [])) if subjects else None,
-        history=[HistoryEntry(state=e.state, at=e.at, detail=e.detail) for e in events],  # type: ignore[arg-type]
+        history=[HistoryEntry(state=e.state, at=e.at, detail=e.detail) for e in events],
         version=VersionRef(seq=version.seq, kind=version.kind, certificate=version.certificate)
         if version
         else None,
@@ -205,7 +205,7 @@ def request_out(uow: UnitOfWork, request: DeletionRequest, history: list | None 
         callback=(
             CallbackOut(
                 url=request.callback_url, state=request.callback_state, attempts=request.callback_attempts
-            )  # type: ignore[arg-type]
+            )
             if request.callback_url
             else None
         ),

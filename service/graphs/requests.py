@@ -40,10 +40,10 @@ class DeletionBody(Protocol):
 
     owner_ids: list[str]
     sample_ids: list[str]
-    edges: list[tuple[str, str]]
+    edges: list[list[str]]  # [a, b] pairs, as JSON sends them
     node_feature_ids: list[str]
     graph_ids: list[str]
-    graph_nodes: list[tuple[str, str]]
+    graph_nodes: list[list[str]]  # [a, b] pairs, as JSON sends them
 
 
 # -- the request body ------------------------------------------------------------------------------
@@ -199,7 +199,7 @@ def _check_node_graph(graph: NodeGraph, body: DeletionBody, erased: Erased) -> A
     error = _missing(absent, erased, where)
     if error is not None:
         return error
-    graph.validate_deletion((), edges, features)  # type: ignore[arg-type]  # features already deleted: 409
+    graph.validate_deletion((), edges, features)  # features already deleted: 409
     return None
 
 
@@ -226,7 +226,7 @@ def _check_collection(collection: GraphCollection, body: DeletionBody, erased: E
     error = _missing(absent, erased, f"collection {collection.name!r}")
     if error is not None:
         return error
-    collection.validate_deletion(graph_ids, pairs)  # type: ignore[arg-type]
+    collection.validate_deletion(graph_ids, pairs)
     return None
 
 

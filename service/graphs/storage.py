@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 from safetensors.numpy import load as np_load
@@ -48,7 +48,8 @@ def kind_of(manifest: Mapping[str, Any] | None) -> str:
     return str(manifest.get("kind", TABLE))
 
 
-def is_graph(manifest: Mapping[str, Any] | None) -> bool:
+def is_graph(manifest: Mapping[str, Any] | None) -> TypeGuard[Mapping[str, Any]]:
+    """Whether ``manifest`` names a graph; ``None`` (no manifest) is a table's, so True means not None."""
     return kind_of(manifest) != TABLE
 
 

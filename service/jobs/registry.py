@@ -19,7 +19,7 @@ class Job:
         import importlib
 
         module, name = self.target.split(":")
-        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), name)
 
 
 TASKS: dict[str, Job] = {

@@ -64,15 +64,15 @@ class BlobCache:
 
     def artifact(self, digest: str) -> torch.Tensor:
         load = lambda: decode_artifact(self._artifacts.get(digest))
-        return self._get("artifact", digest, load, lambda t: t.nbytes).clone()  # type: ignore[no-any-return]
+        return self._get("artifact", digest, load, lambda t: t.nbytes).clone()
 
     def weights(self, digest: str) -> torch.Tensor:
         load = lambda: decode_weights(self._artifacts.get(digest))
-        return self._get("weights", digest, load, lambda t: t.nbytes).clone()  # type: ignore[no-any-return]
+        return self._get("weights", digest, load, lambda t: t.nbytes).clone()
 
     def bucket(self, digest: str) -> Bucket:
         load = lambda: decode_bucket(self._artifacts.get(digest))
-        return self._get("bucket", digest, load, lambda b: sum(a.nbytes for a in b.arrays.values()))  # type: ignore[no-any-return]
+        return self._get("bucket", digest, load, lambda b: sum(a.nbytes for a in b.arrays.values()))
 
     def remember_bucket(self, digest: str, bucket: Bucket) -> None:
         self._get("bucket", digest, lambda: bucket, lambda b: sum(a.nbytes for a in b.arrays.values()))
@@ -96,7 +96,7 @@ class BlobCache:
             return self._get("graph", digest, lambda: decode_graph(self._artifacts.get(digest)), graph_nbytes)
         key = json.dumps(manifest["buckets"], sort_keys=True)
         load = lambda: _assemble(read_rows(self.bucket, manifest), manifest)
-        return self._get("dataset", key, load, lambda d: d.features.nbytes)  # type: ignore[no-any-return]
+        return self._get("dataset", key, load, lambda d: d.features.nbytes)
 
 
 def _assemble(rows: Bucket, manifest: Mapping[str, Any]) -> Dataset:

@@ -199,14 +199,14 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
             },
         )
         training = model.training
-        request = batch.forget_request()
+        forget_request = batch.forget_request()
         uow.commit()
     started = time.perf_counter()
     try:
         if training is None:
             raise UnlearningError("the model has no training data left to retrain on")
         if is_graph(training):  # graph datasets (service.graphs): the graph without the waiting items
-            remaining = retrain_graph(rt.artifacts, rt.cache, training, request)
+            remaining = retrain_graph(rt.artifacts, rt.cache, training, forget_request)
             forgotten = {**departed(rt.cache, training, remaining), **forgotten}
         else:
             remaining = rt.cache.drop_rows(training, forgotten)[0]
@@ -231,7 +231,7 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
             forgotten,
             old_training=training,
             new_training=release.training,
-            request=request,
+            request=forget_request,
         )
         version = record_version(
             uow,

@@ -106,6 +106,7 @@ def release_after_forget(
     ForgetRequest (a graph's remaining graph is the stored graph after it)."""
     released, clean, spec, own = write_state(artifacts, state)
     train_size = model.train_size - len(forgotten)
+    training: dict[str, Any] | None
     if is_graph(model.training):  # graph datasets (service.graphs): the remaining graph, rewritten whole
         training, train_size = forget_graph(artifacts, cache, model.training, request)
     else:

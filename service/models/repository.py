@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins  # the class's ``list`` method shadows the builtin in its annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -64,7 +65,7 @@ class ModelRepository:
     def count(self) -> int:
         return int(self.session.scalar(select(func.count()).select_from(Model)) or 0)
 
-    def stale_jobs(self, statuses: Sequence[str], before: datetime) -> list[Model]:
+    def stale_jobs(self, statuses: Sequence[str], before: datetime) -> builtins.list[Model]:
         return list(
             self.session.scalars(select(Model).where(Model.status.in_(statuses), Model.updated_at < before))
         )
@@ -86,7 +87,7 @@ class ModelRepository:
 
     def versions(
         self, model_id: int, *, after_seq: int | None = None, limit: int = 1000
-    ) -> list[ModelVersion]:
+    ) -> builtins.list[ModelVersion]:
         stmt = (
             select(ModelVersion)
             .where(ModelVersion.model_id == model_id)
@@ -114,7 +115,7 @@ class ModelRepository:
             out.update({r.sample_id: r.owner_id for r in rows})
         return out
 
-    def samples_of_owners(self, model_id: int, owner_ids: Sequence[str]) -> dict[str, list[str]]:
+    def samples_of_owners(self, model_id: int, owner_ids: Sequence[str]) -> dict[str, builtins.list[str]]:
         """owner id -> remaining sample ids, for the owners among ``owner_ids`` with any left."""
         out: dict[str, list[str]] = defaultdict(list)
         for chunk in _chunks(list(owner_ids)):
@@ -133,7 +134,7 @@ class ModelRepository:
                 delete(Sample).where(Sample.model_id == model_id, Sample.sample_id.in_(chunk))
             )
 
-    def add_erased(self, rows: list[dict[str, object]]) -> None:
+    def add_erased(self, rows: builtins.list[dict[str, object]]) -> None:
         for start in range(0, len(rows), _IN_CHUNK):
             insert_ignore(self.session, ErasedSubject, rows[start : start + _IN_CHUNK])
 
@@ -159,7 +160,7 @@ class ModelRepository:
 
     def models_with_requests(
         self, states: Sequence[str], before: datetime, model_status: str | None
-    ) -> list[int]:
+    ) -> builtins.list[int]:
         """Models (in ``model_status``, if given) with a request in ``states`` untouched since ``before``."""
         stmt = (
             select(DeletionRequest.model_id)

@@ -182,7 +182,7 @@ def model_out(uow: UnitOfWork, model: Model) -> ModelOut:
         budget_policy=BudgetPolicyIn(**model.policy),
         seed=model.seed,
         status=StatusOut(
-            state=model.status,  # type: ignore[arg-type]
+            state=model.status,
             phase=model.phase,
             percent=round(100.0 * model.progress, 2),
             eta_seconds=model.eta_seconds,
@@ -200,7 +200,7 @@ def model_out(uow: UnitOfWork, model: Model) -> ModelOut:
 def version_out(version: ModelVersion, parent_seq: int | None) -> VersionOut:
     return VersionOut(
         seq=version.seq,
-        kind=version.kind,  # type: ignore[arg-type]
+        kind=version.kind,
         parent_seq=parent_seq,
         budget_epoch=version.budget_epoch,
         num_forgotten=version.num_forgotten,

@@ -18,7 +18,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import redis
@@ -43,6 +43,20 @@ def to_bytes(t: torch.Tensor) -> bytes:
 def from_bytes(data: bytes, dtype: str) -> torch.Tensor:
     # np.frombuffer shares the (immutable) bytes; copy so torch gets a writable tensor.
     return torch.from_numpy(np.frombuffer(data, dtype=np.dtype(dtype)).copy())
+
+
+def reply_bytes(value: bytes | str) -> bytes:
+    """A Redis reply value as the bytes it is.
+
+    Clients come from :func:`connect` with redis-py's default ``decode_responses=False``, so replies are
+    never ``str``; redis-py annotates them ``bytes | str`` to cover both settings.
+    """
+    return cast(bytes, value)
+
+
+def reply_hash(value: dict[bytes | str, bytes | str]) -> dict[bytes, bytes]:
+    """An HGETALL reply as the bytes-to-bytes dict it is (see :func:`reply_bytes`)."""
+    return cast(dict[bytes, bytes], value)
 
 
 def connect(url: str | None) -> redis.Redis:
@@ -111,7 +125,7 @@ class HotStore:
                     continue
 
     def get_serving(self, model_id: int) -> ServingWeights | None:
-        raw = self.client.hgetall(self.key(model_id, "serving"))
+        raw = reply_hash(self.client.hgetall(self.key(model_id, "serving")))
         if not raw or b"weights" not in raw:
             return None
         return ServingWeights(
@@ -136,7 +150,7 @@ class HotStore:
     # -- statistics ---------------------------------------------------------------------------
 
     def stats_meta(self, model_id: int) -> dict[str, str] | None:
-        raw = self.client.hgetall(self.key(model_id, "stats:meta"))
+        raw = reply_hash(self.client.hgetall(self.key(model_id, "stats:meta")))
         return {k.decode(): v.decode() for k, v in raw.items()} if raw else None
 
     def clear_stats(self, model_id: int) -> None:

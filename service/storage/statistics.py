@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from collections.abc import Container, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 import torch
 
-from service.storage.hot import TORCH_DTYPES, HotStore, from_bytes, to_bytes
+from service.storage.hot import TORCH_DTYPES, HotStore, from_bytes, reply_bytes, reply_hash, to_bytes
 from unlearning.errors import AlreadyDeletedError, UnknownSampleError
 from unlearning.methods.protocol import StatisticsSnapshot
 
@@ -95,7 +95,7 @@ class RedisSampleStatistics:
             for sid, raw in zip(wanted, self._hot.client.hmget(self._k["vec"], wanted)):
                 if raw is None:
                     raise self._missing_sample(sid)
-                self._vectors[sid] = from_bytes(raw, self.dtype)
+                self._vectors[sid] = from_bytes(reply_bytes(raw), self.dtype)
 
     def _live_owners(self, sample_ids: Sequence[str]) -> list[str]:
         """Owners of live samples, with the errors the in-memory implementation raises."""
@@ -111,7 +111,7 @@ class RedisSampleStatistics:
         for sid, owner in zip(sample_ids, owners):
             if owner is None:
                 raise self._missing_sample(sid)
-        return [o.decode() for o in owners]
+        return [o.decode() for o in cast("list[bytes]", owners)]  # None ruled out above; see reply_bytes
 
     # -- SampleStatistics -----------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ class RedisSampleStatistics:
         owner = self._hot.client.hget(self._k["owner"], sample_id)
         if owner is None:
             raise self._missing_sample(sample_id)
-        return owner.decode()
+        return reply_bytes(owner).decode()
 
     def remaining_of_owner(self, owner_id: str) -> tuple[str, ...]:
         members, _ = self._owner(owner_id)
@@ -155,8 +155,8 @@ class RedisSampleStatistics:
             self._removed[sid] = owner
 
     def export(self) -> StatisticsSnapshot:
-        vec = self._hot.client.hgetall(self._k["vec"])
-        owner = self._hot.client.hgetall(self._k["owner"])
+        vec = reply_hash(self._hot.client.hgetall(self._k["vec"]))
+        owner = reply_hash(self._hot.client.hgetall(self._k["owner"]))
         ids = sorted(k.decode() for k in vec if k.decode() not in self._removed)
         rows = [from_bytes(vec[s.encode()], self.dtype) for s in ids]
         vectors = torch.stack(rows) if rows else torch.zeros((0, self.dim), dtype=TORCH_DTYPES[self.dtype])

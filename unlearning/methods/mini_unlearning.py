@@ -558,7 +558,7 @@ def _hvp_lbfgs(
     return approx.matvec(v)
 
 
-def _with_added(deleted: set[str], ids: Sequence[str]) -> set[str]:
+def _with_added(deleted: MutableSet[str], ids: Sequence[str]) -> MutableSet[str]:
     """The deleted set plus ``ids``: a new set for a plain set; a service's own MutableSet (e.g. of
     keyed hashes that never hold plaintext ids) is updated in place through its ``add``."""
     if type(deleted) is set:

@@ -7,7 +7,7 @@ and stores the parts of :class:`MethodState` each in its own place.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableSet, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -169,7 +169,7 @@ class MethodState:
     statistics: SampleStatistics | None
     accounting: dict[str, Any]
     artifacts: dict[str, torch.Tensor] = field(default_factory=dict)
-    deleted_ids: set[str] = field(default_factory=set)
+    deleted_ids: MutableSet[str] = field(default_factory=set)  # or the service's HashedIdSet of keyed hashes
 
 
 @dataclass(frozen=True)
