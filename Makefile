@@ -19,7 +19,10 @@ install: $(STAMP)
 run: install
 	$(PY) -m service
 
+# The linter and the type checker first (about 30 s): a type error fails CI like a failing test.
 test: install
+	$(PY) -m ruff check unlearning service workers bench tests
+	$(PY) -m mypy
 	bash ops/ensure-services.sh
 	$(PY) -m pytest
 
