@@ -32,7 +32,7 @@ class Runtime:
         self.role = role
         self.engine = make_engine(settings.effective_database_url)
         self.sessions = make_sessionmaker(self.engine)
-        self.artifacts = LocalArtifactStore(settings.effective_artifact_dir)
+        self.artifacts = LocalArtifactStore(settings.effective_artifact_dir, durable=settings.artifact_fsync)
         self.hot = HotStore(connect(settings.redis_url), settings.redis_prefix)
         self.hasher = SubjectHasher(settings.effective_subject_hash_key)
         self.cache = BlobCache(self.artifacts)

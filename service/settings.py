@@ -28,6 +28,7 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     broker_url: str | None = None
     artifact_dir: Path | None = None
+    artifact_fsync: bool = True
     worker: Literal["inprocess", "celery"] | None = None
 
     host: str = "127.0.0.1"

@@ -44,11 +44,18 @@ class LocalArtifactStore:
     The rename is atomic, so a reader never sees a partial blob and a crash mid-write leaves at most a
     temporary file behind. (A deletion update writes many small blobs: directories made once are
     remembered, since even a failing mkdir costs a system call.)
+
+    ``durable`` (the default): :meth:`put` returns only once the blob's bytes and its directory entry
+    are on disk (fsync of the file before the rename, then of the directory), and :meth:`delete` once
+    the unlink is. Postgres commits a version only after its blobs were put, and fsyncs that commit; without
+    these fsyncs a power cut could leave a committed version naming blobs that never reached the disk,
+    or bring back a blob an erasure had already unlinked. About 0.4 ms a blob on this machine's disk.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, durable: bool = True) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.durable = durable and os.name == "posix"  # a directory fsync needs POSIX semantics
         self._dirs: set[str] = set()
 
     def _path(self, digest: str) -> Path:
@@ -63,15 +70,20 @@ class LocalArtifactStore:
             return digest
         if digest[:2] not in self._dirs:
             path.parent.mkdir(exist_ok=True)
+            self._sync_dir(self.root)  # the new prefix directory's own entry
             self._dirs.add(digest[:2])
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
+                if self.durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self._sync_dir(path.parent)
         return digest
 
     def get(self, digest: str) -> bytes:
@@ -84,7 +96,22 @@ class LocalArtifactStore:
         return self._path(digest).exists()
 
     def delete(self, digest: str) -> None:
-        self._path(digest).unlink(missing_ok=True)
+        path = self._path(digest)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        self._sync_dir(path.parent)
+
+    def _sync_dir(self, folder: Path) -> None:
+        """Make the directory's entries (a rename, an unlink) durable."""
+        if not self.durable:
+            return
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def digests(self) -> Iterator[str]:
         for path in self.root.glob("*/*"):
