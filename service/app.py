@@ -150,7 +150,7 @@ def _install_error_handlers(app: FastAPI) -> None:
                     method
                     for route in request.app.routes
                     if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
-                    for method in route.methods or ()  # Starlette's Route.methods may be None; an APIRoute's is not
+                    for method in route.methods or ()  # Starlette types it optional; an APIRoute's is set
                 }
             )
             headers["Allow"] = ", ".join(allowed)

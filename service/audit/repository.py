@@ -10,7 +10,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from service.audit.chain import GENESIS, event_hash
-from service.db.base import utcnow
+from service.db.base import table, utcnow
 from service.db.tables import AuditEvent, AuditHead, RequestSubject
 from service.db.upsert import insert_ignore
 
@@ -77,9 +77,8 @@ class AuditRepository:
                 payload=row["payload"],
             )
             rows.append(row)
-        # render_nulls: a None (a version event's request_id) is sent as NULL, so rows with and without
-        # one stay in one executemany instead of one statement per set of present keys.
-        self.session.execute(insert(AuditEvent).execution_options(render_nulls=True), rows)
+        # Every row names every column (a version event's request_id is None), so all go as one executemany.
+        self.session.execute(insert(table(AuditEvent)), rows)
         head.seq, head.hash = seq, prev
 
     def query(

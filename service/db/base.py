@@ -7,9 +7,9 @@ on them (the drift test compares the two).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import JSON, DateTime, MetaData
+from sqlalchemy import JSON, DateTime, MetaData, Table
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
@@ -57,3 +57,12 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     # SQLAlchemy's own (mutable) class attribute.
     type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType, datetime: UTCDateTime}  # noqa: RUF012
+
+
+def table(entity: type[Base]) -> Table:
+    """The Core table of a mapped class. Bulk statements go to it rather than to the class: a statement on
+    the class runs the ORM's bulk path, which processes every row through the mapper and evaluates the
+    session's objects for DELETEs, and a burst's update writes hundreds of rows per statement (its
+    rows are plain column -> value dicts, and loaded objects are never read back in the same
+    transaction)."""
+    return cast(Table, entity.__table__)

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
-from service.db.base import utcnow
+from service.db.base import table, utcnow
 from service.db.tables import DeletionRequest, RequestEvent, RequestSubject
 
 
@@ -38,7 +38,7 @@ class DeletionRepository:
         spend more time tracking them than the database spends storing them."""
         if not rows:
             return []
-        stmt = insert(DeletionRequest).returning(DeletionRequest.id, sort_by_parameter_order=True)
+        stmt = insert(table(DeletionRequest)).returning(DeletionRequest.id, sort_by_parameter_order=True)
         return list(self.session.scalars(stmt, rows))
 
     def set_state(self, request_ids: Sequence[int], **values: Any) -> None:
@@ -128,7 +128,7 @@ class DeletionRepository:
         request's history reads back in the order its states were entered."""
         if events:
             self.session.execute(
-                insert(RequestEvent).execution_options(render_nulls=True),  # see AuditRepository
+                insert(table(RequestEvent)),
                 [{"request_id": r, "state": st, "at": at, "detail": d} for r, st, at, d in events],
             )
 
@@ -154,7 +154,7 @@ class DeletionRepository:
         """(request id, subject hash, kind) rows; kind is "sample" or "owner"."""
         if subjects:
             self.session.execute(
-                insert(RequestSubject),
+                insert(table(RequestSubject)),
                 [{"request_id": r, "subject_hash": h, "kind": k} for r, h, k in subjects],
             )
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session, undefer
 
+from service.db.base import table
 from service.db.tables import DeletionRequest, ErasedSubject, Model, ModelVersion, Sample
 from service.db.upsert import insert_ignore
 
@@ -101,7 +102,7 @@ class ModelRepository:
     def add_samples(self, model_id: int, sample_ids: Sequence[str], owner_ids: Sequence[str]) -> None:
         rows = [{"model_id": model_id, "sample_id": s, "owner_id": o} for s, o in zip(sample_ids, owner_ids)]
         for start in range(0, len(rows), _IN_CHUNK):
-            self.session.execute(insert(Sample), rows[start : start + _IN_CHUNK])
+            self.session.execute(insert(table(Sample)), rows[start : start + _IN_CHUNK])
 
     def owners_of(self, model_id: int, sample_ids: Sequence[str]) -> dict[str, str]:
         """sample id -> owner id for the samples among ``sample_ids`` still in the training set."""
@@ -131,7 +132,7 @@ class ModelRepository:
     def delete_samples(self, model_id: int, sample_ids: Sequence[str]) -> None:
         for chunk in _chunks(list(sample_ids)):
             self.session.execute(
-                delete(Sample).where(Sample.model_id == model_id, Sample.sample_id.in_(chunk))
+                delete(table(Sample)).where(Sample.model_id == model_id, Sample.sample_id.in_(chunk))
             )
 
     def add_erased(self, rows: builtins.list[dict[str, object]]) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from service.db.base import table
 from service.db.tables import ArtifactRef
 from service.db.upsert import insert_ignore
 
@@ -27,7 +28,7 @@ class ArtifactRefRepository:
 
     def release(self, holder: str, blobs: Iterable[str] | None = None) -> set[str]:
         """Drop ``holder``'s references (all of them, or only to ``blobs``); returns the blobs released."""
-        stmt = delete(ArtifactRef).where(ArtifactRef.holder == holder)
+        stmt = delete(table(ArtifactRef)).where(ArtifactRef.holder == holder)
         if blobs is not None:
             blobs = list(blobs)
             if not blobs:
