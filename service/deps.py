@@ -10,7 +10,9 @@ from service.runtime import Runtime
 from service.schemas import MAX_DB_INT
 
 
-def runtime(request: Request) -> Runtime:
+async def runtime(request: Request) -> Runtime:
+    """The app's runtime. A coroutine on purpose: FastAPI runs a plain function dependency on its thread
+    pool, one thread hand-off per request for a dictionary lookup."""
     return request.app.state.runtime
 
 

@@ -3,9 +3,9 @@
 A deletion POST costs a transaction: claim its Idempotency-Key, validate its subjects, insert the
 request, its subjects and events, chain its audit event, store the response. One transaction per POST
 serialises every submission of a model on its audit chain head and spends most of its time in round
-trips. Here the request threads hand their submissions to one intake thread per process, which commits
-everything that is waiting in ONE transaction (the bulk paths of :func:`submit_many` and the idempotency
-repository), then answers each waiting thread. At low load a batch holds one submission and costs what
+trips. Here the request handlers (coroutines on the server's event loop) hand their submissions to one
+intake thread per process, which commits everything that is waiting in ONE transaction (the bulk paths
+of :func:`submit_many` and the idempotency repository), then wakes each waiting handler. At low load a batch holds one submission and costs what
 a lone POST did; under load, batches grow and the cost per submission falls, so the queue drains instead
 of building up (the same idea as a database's group commit).
 
@@ -21,12 +21,16 @@ reports each (202 when every item was accepted, 207 otherwise).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
 
 from service.db.base import utcnow
 from service.deletions.schemas import BulkIn, DeletionIn
@@ -60,6 +64,7 @@ class _Submission:
     done: threading.Event = field(default_factory=threading.Event)
     outcome: Outcome | None = None
     error: BaseException | None = None
+    on_done: Callable[[], object] | None = None  # also told when answered (an event loop's waiter)
 
     @property
     def scope(self) -> str:
@@ -78,6 +83,18 @@ class _Submission:
     def resolve(self, outcome: Outcome | None = None, error: BaseException | None = None) -> None:
         self.outcome, self.error = outcome, error
         self.done.set()
+        if self.on_done is not None:
+            try:
+                self.on_done()
+            except RuntimeError:  # the waiter's event loop has closed (shutdown): nobody to tell
+                pass
+
+    def result(self) -> Outcome:
+        """The outcome, or the error raised."""
+        if self.error is not None:
+            raise self.error
+        assert self.outcome is not None
+        return self.outcome
 
 
 def _accepted_any(status: int, body: dict[str, Any]) -> bool:
@@ -105,15 +122,21 @@ class DeletionIntake:
             self._thread.join(timeout=30)
             self._thread = None
 
-    def submit(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
-        """Accept (or replay, or reject) one request; blocks until its transaction has committed."""
-        return self._wait(self._submission(model_id, key, body.model_dump(mode="json"), [body], bulk=False))
+    async def submit(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
+        """Accept (or replay, or reject) one request; returns once its transaction has committed. A
+        coroutine: the event loop goes on serving meanwhile, and no thread of the server's pool is held
+        (or handed the request)."""
+        return await self._wait(self._single(model_id, key, body))
 
-    def submit_bulk(self, model_id: int, key: str | None, body: BulkIn) -> Outcome:
-        """Accept or reject each item of a bulk submission (one key for all); blocks until committed."""
-        return self._wait(
-            self._submission(model_id, key, body.model_dump(mode="json"), body.items, bulk=True)
-        )
+    async def submit_bulk(self, model_id: int, key: str | None, body: BulkIn) -> Outcome:
+        """Accept or reject each item of a bulk submission (one key for all); returns once committed."""
+        return await self._wait(self._bulk(model_id, key, body))
+
+    def _single(self, model_id: int, key: str | None, body: DeletionIn) -> _Submission:
+        return self._submission(model_id, key, body.model_dump(mode="json"), [body], bulk=False)
+
+    def _bulk(self, model_id: int, key: str | None, body: BulkIn) -> _Submission:
+        return self._submission(model_id, key, body.model_dump(mode="json"), body.items, bulk=True)
 
     def _submission(
         self, model_id: int, key: str | None, payload: dict[str, Any], bodies: list[DeletionIn], *, bulk: bool
@@ -122,17 +145,22 @@ class DeletionIntake:
         digest = idempotency.fingerprint(self._rt.hasher, payload)
         return _Submission(model_id, checked, payload, digest, list(bodies), bulk)
 
-    def _wait(self, item: _Submission) -> Outcome:
+    async def _wait(self, item: _Submission) -> Outcome:
         if self._thread is None:
-            return self._alone(item)
+            return await run_in_threadpool(self._alone, item)
+        loop = asyncio.get_running_loop()
+        answered = asyncio.Event()
+        item.on_done = lambda: loop.call_soon_threadsafe(answered.set)  # before the intake can see it
         self._queue.put(item)
-        while not item.done.wait(_WAIT_SLICE_SECONDS):
-            if self._thread is None or not self._thread.is_alive():
-                raise RuntimeError("the deletion intake stopped before answering; retry with the same key")
-        if item.error is not None:
-            raise item.error
-        assert item.outcome is not None
-        return item.outcome
+        while True:
+            try:
+                await asyncio.wait_for(answered.wait(), _WAIT_SLICE_SECONDS)
+                return item.result()
+            except TimeoutError:
+                if self._thread is None or not self._thread.is_alive():
+                    raise RuntimeError(
+                        "the deletion intake stopped before answering; retry with the same key"
+                    ) from None
 
     def _loop(self) -> None:
         while True:

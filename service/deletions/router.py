@@ -45,14 +45,14 @@ def _respond(outcome: idempotency.Outcome) -> JSONResponse:
     summary="Forget an owner (all their samples) or sample ids",
     responses=error_responses(400, 404, 409, 422),
 )
-def submit_deletion(
+async def submit_deletion(
     model_id: ModelId, body: DeletionIn, rt: RuntimeDep, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
     """Answers 202 with the request id and ``expected_by``. Same Idempotency-Key and body: the original
     response again (header ``Idempotent-Replayed: true``); same key with another body: 422; the first
     request with the key still in flight: 409; no key: 400. Graph models also take ``edges``,
     ``node_feature_ids``, ``graph_ids`` and ``graph_nodes``, checked against the remaining graph."""
-    return _respond(rt.deletion_intake().submit(model_id, idempotency_key, body))
+    return _respond(await rt.deletion_intake().submit(model_id, idempotency_key, body))
 
 
 @router.post(
@@ -65,13 +65,13 @@ def submit_deletion(
         **error_responses(400, 404, 409, 422),
     },
 )
-def submit_bulk(
+async def submit_bulk(
     model_id: ModelId, body: BulkIn, rt: RuntimeDep, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
     """Each item is accepted or rejected on its own (202 when all were accepted, 207 otherwise); one
     Idempotency-Key covers the whole submission."""
 
-    return _respond(rt.deletion_intake().submit_bulk(model_id, idempotency_key, body))
+    return _respond(await rt.deletion_intake().submit_bulk(model_id, idempotency_key, body))
 
 
 @router.get(
