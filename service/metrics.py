@@ -38,6 +38,9 @@ TRAINING_SECONDS = Histogram(
 CALLBACKS = Counter("lethe_callbacks_total", "Callback delivery attempts", ["outcome"])
 HOT_STORE_REBUILDS = Counter("lethe_hot_store_rebuilds_total", "Rebuilds of Redis state from durable stores")
 OUTBOX_PENDING = Gauge("lethe_outbox_pending", "Outbox messages not yet published")
+ORPHAN_BLOBS_REMOVED = Counter(
+    "lethe_orphan_blobs_removed_total", "Blobs no row held, removed from the artifact store by the sweep"
+)
 
 
 def observe_completed(received_at: datetime, completed_at: datetime) -> None:

@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     dispatcher_interval_seconds: float = Field(0.5, gt=0)
     reconcile_after_seconds: float = Field(5.0, gt=0)
     stale_job_seconds: float = Field(300.0, gt=0)
+    orphan_sweep_seconds: float = Field(900.0, gt=0)
+    orphan_grace_seconds: float = Field(3600.0, gt=0)
     callback_max_attempts: int = Field(5, ge=1, le=50)
     callback_timeout_seconds: float = Field(5.0, gt=0)
     callback_backoff_seconds: float = Field(1.0, ge=0)

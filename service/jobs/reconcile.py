@@ -6,14 +6,18 @@ outbox dedupe keys keep repeated passes from queueing the same job twice.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from service import metrics
 from service.db.base import utcnow
 from service.jobs.completion import finish_stalled
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
+
+log = logging.getLogger(__name__)
 
 
 def reconcile(rt: Runtime) -> None:
@@ -34,3 +38,25 @@ def reconcile(rt: Runtime) -> None:
     # A worker died between committing a version and completing its requests: finish them here.
     for model_id in stalled:
         finish_stalled(rt, model_id, rt.settings.reconcile_after_seconds)
+
+
+def sweep_orphans(rt: Runtime) -> int:
+    """Delete the blobs of the artifact store that no row holds (``artifact_refs``) and that nobody has
+    written or re-put for ``LETHE_ORPHAN_GRACE_SECONDS``; returns how many went.
+
+    They come from attempts that rolled back after writing their blobs, processes that died between
+    writing and committing, and unlinks a power cut undid. They may hold rows of subjects erased since,
+    so erasure is complete only once they are gone. The grace covers the jobs still between their
+    writes and their commit; :meth:`service.storage.artifacts.LocalArtifactStore.sweep` keeps a blob
+    that is put again while it is being swept.
+    """
+
+    def referenced(digests: list[str]) -> set[str]:
+        with rt.uow() as uow:
+            return set(digests) - uow.refs.unreferenced(digests)
+
+    removed = rt.artifacts.sweep(rt.settings.orphan_grace_seconds, referenced)
+    if removed:
+        metrics.ORPHAN_BLOBS_REMOVED.inc(len(removed))
+        log.info("removed %d blobs no row held", len(removed))
+    return len(removed)

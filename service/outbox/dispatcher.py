@@ -35,6 +35,7 @@ class Dispatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_sweep = 0.0
+        self._last_orphan_sweep = 0.0  # so the first pass after start-up sweeps (a crash may precede it)
 
     def kick(self) -> None:
         self._wake.set()
@@ -93,7 +94,8 @@ class Dispatcher:
         return len(sent)
 
     def sweep(self) -> None:
-        """The periodic repairs: re-queue stalled work, purge expired keys and old outbox rows."""
+        """The periodic repairs: re-queue stalled work, purge expired keys and old outbox rows. (The orphan
+        blobs have a pass of their own, less often: it lists the whole artifact store.)"""
         from service.jobs.reconcile import reconcile
 
         reconcile(self._rt)
@@ -102,6 +104,12 @@ class Dispatcher:
             uow.idempotency.purge_expired(now)
             uow.outbox.purge_dispatched(now - timedelta(days=1))
             uow.commit()
+
+    def sweep_orphans(self) -> None:
+        """Blobs no row holds leave the artifact store (:func:`service.jobs.reconcile.sweep_orphans`)."""
+        from service.jobs.reconcile import sweep_orphans
+
+        sweep_orphans(self._rt)
 
     def _loop(self) -> None:
         interval = self._rt.settings.dispatcher_interval_seconds
@@ -116,5 +124,8 @@ class Dispatcher:
                 if time.monotonic() - self._last_sweep >= self._rt.settings.reconcile_after_seconds:
                     self._last_sweep = time.monotonic()
                     self.sweep()
+                if time.monotonic() - self._last_orphan_sweep >= self._rt.settings.orphan_sweep_seconds:
+                    self._last_orphan_sweep = time.monotonic()
+                    self.sweep_orphans()
             except Exception:
                 log.warning("dispatcher pass failed", exc_info=True)

@@ -2,7 +2,7 @@
 
 A blob's name is the sha256 of its bytes, so writing the same content twice stores it once, and a
 blob can be checked against its name. The interface is small on purpose: an object store (S3, GCS)
-can implement the same five methods.
+can implement the same methods (``sweep`` with its lifecycle rules or a conditional delete).
 """
 
 from __future__ import annotations
@@ -10,12 +10,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_TEMP = ".tmp-"  # a write in progress (or one that died)
+_ASIDE = ".aside-"  # a blob the orphan sweep is deleting
+_SWEEP_BATCH = 1000
 
 
 class BlobNotFound(KeyError):
@@ -33,6 +38,8 @@ class ArtifactStore(Protocol):
 
     def digests(self) -> Iterator[str]: ...
 
+    def sweep(self, older_than_seconds: float, referenced: Callable[[list[str]], set[str]]) -> list[str]: ...
+
 
 def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -46,10 +53,14 @@ class LocalArtifactStore:
     remembered, since even a failing mkdir costs a system call.)
 
     ``durable`` (the default): :meth:`put` returns only once the blob's bytes and its directory entry
-    are on disk (fsync of the file before the rename, then of the directory), and :meth:`delete` once
-    the unlink is. Postgres commits a version only after its blobs were put, and fsyncs that commit; without
-    these fsyncs a power cut could leave a committed version naming blobs that never reached the disk,
-    or bring back a blob an erasure had already unlinked. About 0.4 ms a blob on this machine's disk.
+    are on disk (fsync of the file before the rename, then of the directory; about 0.4 ms a blob on this
+    machine's disk). Postgres commits a version only after its blobs were put, and fsyncs that commit;
+    without these a power cut could leave a committed version naming blobs that never reached the disk.
+    An unlink is not fsynced (one fsync per directory would cost a burst's completion about 0.2 s): a
+    power cut may undo the last seconds of unlinks, and :meth:`sweep` removes what comes back.
+
+    ``put`` of a blob that exists refreshes its modification time: that is how :meth:`sweep` knows a
+    blob is about to be referenced even though no committed row names it yet.
     """
 
     def __init__(self, root: Path, *, durable: bool = True) -> None:
@@ -66,13 +77,16 @@ class LocalArtifactStore:
     def put(self, data: bytes) -> str:
         digest = digest_of(data)
         path = self._path(digest)
-        if path.exists():
+        try:
+            os.utime(path)  # already stored: mark it as wanted now (see sweep)
             return digest
+        except FileNotFoundError:
+            pass
         if digest[:2] not in self._dirs:
             path.parent.mkdir(exist_ok=True)
             self._sync_dir(self.root)  # the new prefix directory's own entry
             self._dirs.add(digest[:2])
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TEMP)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -96,12 +110,66 @@ class LocalArtifactStore:
         return self._path(digest).exists()
 
     def delete(self, digest: str) -> None:
+        self._path(digest).unlink(missing_ok=True)
+
+    def sweep(self, older_than_seconds: float, referenced: Callable[[list[str]], set[str]]) -> list[str]:
+        """Delete the blobs ``referenced`` does not name that nobody wrote or re-put for
+        ``older_than_seconds``; returns their digests. Also clears temporary files of writes that died.
+
+        Safe against a concurrent :meth:`put` of the same content (whose writer will commit a row naming
+        it): a candidate is first renamed aside, and put back if its modification time moved between the
+        listing and the rename (the writer's put touched it then); a put after the rename finds no file
+        and writes a fresh copy. A crash mid-sweep leaves renamed files, which the next sweep restores
+        when referenced and deletes otherwise.
+        """
+        cutoff = time.time() - older_than_seconds
+        candidates: dict[str, int] = {}
+        leftovers: list[Path] = []
+        for path in self.root.glob("*/*"):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            if _DIGEST.match(path.name):
+                if stat.st_mtime < cutoff:
+                    candidates[path.name] = stat.st_mtime_ns
+            elif path.name.startswith(_TEMP) and stat.st_mtime < cutoff:
+                path.unlink(missing_ok=True)
+            elif path.name.startswith(_ASIDE) and stat.st_ctime < cutoff:  # renamed long ago, not in hand
+                leftovers.append(path)
+        self._settle_leftovers(leftovers, referenced)
+        removed: list[str] = []
+        names = sorted(candidates)
+        for start in range(0, len(names), _SWEEP_BATCH):
+            batch = names[start : start + _SWEEP_BATCH]
+            live = referenced(batch)
+            for digest in batch:
+                if digest not in live and self._remove_if_untouched(digest, candidates[digest]):
+                    removed.append(digest)
+        return removed
+
+    def _remove_if_untouched(self, digest: str, listed_mtime_ns: int) -> bool:
         path = self._path(digest)
+        aside = path.with_name(f"{_ASIDE}{digest}.{os.getpid()}.{secrets.token_hex(4)}")
         try:
-            path.unlink()
+            os.rename(path, aside)
         except FileNotFoundError:
-            return
-        self._sync_dir(path.parent)
+            return False
+        if aside.stat().st_mtime_ns != listed_mtime_ns:  # put() refreshed it before the rename:
+            os.replace(aside, path)  # a writer wants it
+            return False
+        aside.unlink()
+        return True
+
+    def _settle_leftovers(self, leftovers: list[Path], referenced: Callable[[list[str]], set[str]]) -> None:
+        """Files a crashed sweep renamed aside: back in place when referenced, deleted otherwise."""
+        digests = {p: p.name[len(_ASIDE) :].split(".")[0] for p in leftovers}
+        live = referenced(sorted(set(digests.values()))) if digests else set()
+        for path, digest in digests.items():
+            if digest in live and _DIGEST.match(digest) and not self._path(digest).exists():
+                os.replace(path, self._path(digest))
+            else:
+                path.unlink(missing_ok=True)
 
     def _sync_dir(self, folder: Path) -> None:
         """Make the directory's entries (a rename, an unlink) durable."""
