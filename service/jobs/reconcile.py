@@ -40,9 +40,9 @@ def reconcile(rt: Runtime) -> None:
         finish_stalled(rt, model_id, rt.settings.reconcile_after_seconds)
 
 
-def sweep_orphans(rt: Runtime) -> int:
+def sweep_orphans(rt: Runtime) -> list[str]:
     """Delete the blobs of the artifact store that no row holds (``artifact_refs``) and that nobody has
-    written or re-put for ``LETHE_ORPHAN_GRACE_SECONDS``; returns how many went.
+    written or re-put for ``LETHE_ORPHAN_GRACE_SECONDS``; returns their digests.
 
     They come from attempts that rolled back after writing their blobs, processes that died between
     writing and committing, and unlinks a power cut undid. They may hold rows of subjects erased since,
@@ -59,4 +59,4 @@ def sweep_orphans(rt: Runtime) -> int:
     if removed:
         metrics.ORPHAN_BLOBS_REMOVED.inc(len(removed))
         log.info("removed %d blobs no row held", len(removed))
-    return len(removed)
+    return removed

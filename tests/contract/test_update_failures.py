@@ -27,8 +27,9 @@ def fresh(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
 
 
 def _submit(client: TestClient, owner: str) -> int:
-    r = client.post("/v1/models/1/deletions", json={"owner_ids": [owner]},
-                    headers={"Idempotency-Key": str(uuid.uuid4())})
+    r = client.post(
+        "/v1/models/1/deletions", json={"owner_ids": [owner]}, headers={"Idempotency-Key": str(uuid.uuid4())}
+    )
     assert r.status_code == 202, r.text
     return int(r.json()["id"])
 
@@ -61,5 +62,8 @@ def test_persistent_update_fault_fails_requests_with_the_reason(
     request_id = _submit(embedded, "owner-00004")
     deadline = time.monotonic() + 30
     while _state(embedded, request_id)["state"] != "completed":
-        assert time.monotonic() < deadline, (_state(embedded, request_id), embedded.get("/v1/models/1").json()["status"])
+        assert time.monotonic() < deadline, (
+            _state(embedded, request_id),
+            embedded.get("/v1/models/1").json()["status"],
+        )
         time.sleep(0.05)

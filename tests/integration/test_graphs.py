@@ -77,8 +77,14 @@ def _tu_text(graphs: int = 30, seed: int = 4) -> str:
 
 
 def _register(client: Client, dataset_id: int, method: str) -> int:
-    body = {"name": method, "dataset_id": dataset_id, "method": method, "release_mode": "certified",
-            "privacy": {"epsilon": 1.0, "delta": 1e-3}, "budget_policy": {"max_deletion_fraction": 0.5}}
+    body = {
+        "name": method,
+        "dataset_id": dataset_id,
+        "method": method,
+        "release_mode": "certified",
+        "privacy": {"epsilon": 1.0, "delta": 1e-3},
+        "budget_policy": {"max_deletion_fraction": 0.5},
+    }
     r = client.http.post("/v1/models", json=body)
     assert r.status_code == 202, r.text
     return int(r.json()["id"])
@@ -266,7 +272,12 @@ def test_bundled_graphs(client: Client) -> None:
     r = client.http.post("/v1/datasets/bundled", json={"name": "cora", "samples_per_owner": 2})
     assert r.status_code == 201, r.text
     cora = r.json()
-    assert (cora["kind"], cora["num_nodes"], cora["num_edges"], cora["num_classes"]) == ("node_graph", 2708, 5278, 7)
+    assert (cora["kind"], cora["num_nodes"], cora["num_edges"], cora["num_classes"]) == (
+        "node_graph",
+        2708,
+        5278,
+        7,
+    )
     assert cora["feature_shape"] == [1433]
     r = client.http.post("/v1/datasets/bundled", json={"name": "proteins", "n": 40, "seed": 1})
     assert r.status_code == 201, r.text
@@ -283,7 +294,9 @@ def test_two_models_on_one_graph_both_erase_from_the_dataset(
     tag = f"m{uuid.uuid4().hex[:8]}"
     path = tmp_path / "g.npz"
     NodeGraph.from_json(_node_graph(tag)).save_npz(path)
-    r = client.http.post("/v1/datasets", files={"file": ("g.npz", path.read_bytes(), "application/octet-stream")})
+    r = client.http.post(
+        "/v1/datasets", files={"file": ("g.npz", path.read_bytes(), "application/octet-stream")}
+    )
     assert r.status_code == 201, r.text
     assert r.json()["kind"] == "node_graph" and r.json()["format"] == "npz"
     dataset_id = r.json()["id"]

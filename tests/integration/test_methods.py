@@ -22,8 +22,14 @@ CASES = [
 
 
 def _register(client: Client, dataset_id: int, method: str, mode: str, hyper: dict[str, Any]) -> int:
-    body = {"name": method, "dataset_id": dataset_id, "method": method, "hyperparameters": hyper,
-            "release_mode": mode, "privacy": {"epsilon": 1.0, "delta": 1e-3}}
+    body = {
+        "name": method,
+        "dataset_id": dataset_id,
+        "method": method,
+        "hyperparameters": hyper,
+        "release_mode": mode,
+        "privacy": {"epsilon": 1.0, "delta": 1e-3},
+    }
     r = client.http.post("/v1/models", json=body)
     assert r.status_code == 202, r.text
     return int(r.json()["id"])
@@ -59,15 +65,25 @@ def test_each_method_forgets_owners_through_the_service(
     assert wrong.status_code == 422 and "20" in wrong.text, wrong.text
     budget = client.http.get(f"/v1/models/{model_id}/budget").json()
     assert budget["spent"] > 0 and budget["charges"][0]["kind"] == "initial"
-    again = client.http.post(f"/v1/models/{model_id}/deletions", json={"owner_ids": ["owner-00004"]},
-                             headers={"Idempotency-Key": "methods-" + method})
+    again = client.http.post(
+        f"/v1/models/{model_id}/deletions",
+        json={"owner_ids": ["owner-00004"]},
+        headers={"Idempotency-Key": "methods-" + method},
+    )
     assert again.status_code == 409, again.text  # already forgotten: a clear conflict, not a second charge
 
 
 def test_a_method_without_a_guarantee_cannot_be_registered_as_certified(client: Client) -> None:
     dataset_id = client.dataset(n=60, samples_per_owner=3, seed=6)
-    r = client.http.post("/v1/models", json={"name": "m", "dataset_id": dataset_id, "method": "mini_unlearning",
-                                            "release_mode": "certified"})
+    r = client.http.post(
+        "/v1/models",
+        json={
+            "name": "m",
+            "dataset_id": dataset_id,
+            "method": "mini_unlearning",
+            "release_mode": "certified",
+        },
+    )
     if r.status_code == 202:  # accepted for training: the failure must then be explicit on the model
         model = client.http.get(f"/v1/models/{r.json()['id']}").json()
         for _ in range(200):

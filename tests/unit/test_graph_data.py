@@ -66,13 +66,17 @@ def test_node_graph_canonicalises_edges_and_validates_input() -> None:
     assert g.adjacency.nnz == 8 and (g.adjacency != g.adjacency.T).nnz == 0
     assert g.training_mask().tolist() == [True, True, True, False, False]
     with pytest.raises(InvalidDatasetError, match="self-loop"):
-        NodeGraph(("a", "b"), sp.csr_matrix((2, 1)), np.array([0, 1]), 2, np.array([[0, 0]]), np.array([1, 1]))
+        NodeGraph(
+            ("a", "b"), sp.csr_matrix((2, 1)), np.array([0, 1]), 2, np.array([[0, 0]]), np.array([1, 1])
+        )
     with pytest.raises(InvalidDatasetError, match="appears more than once"):
         NodeGraph(("a", "a"), sp.csr_matrix((2, 1)), np.array([0, 1]), 2, np.zeros((0, 2)), np.array([1, 1]))
     with pytest.raises(InvalidDatasetError, match="outside"):
         NodeGraph(("a", "b"), sp.csr_matrix((2, 1)), np.array([0, 5]), 2, np.zeros((0, 2)), np.array([1, 1]))
     with pytest.raises(InvalidDatasetError, match="outside 0..1"):
-        NodeGraph(("a", "b"), sp.csr_matrix((2, 1)), np.array([0, 1]), 2, np.array([[0, 2]]), np.array([1, 1]))
+        NodeGraph(
+            ("a", "b"), sp.csr_matrix((2, 1)), np.array([0, 1]), 2, np.array([[0, 2]]), np.array([1, 1])
+        )
 
 
 def test_node_deletion_removes_features_label_and_edges_but_keeps_the_index() -> None:
@@ -142,10 +146,15 @@ def test_node_graph_round_trips_through_npz_and_json_without_pickle(tmp_path: Pa
 
 
 def test_node_graph_json_accepts_dense_features_and_rejects_bad_input() -> None:
-    obj: dict[str, Any] = {"num_classes": 2, "num_features": 3,
-           "nodes": [{"id": "x", "label": 0, "split": "train", "features": [0, 1.5, 0]},
-                     {"id": "y", "label": None, "split": "test", "features": {"indices": [2], "values": [1.0]}}],
-           "edges": [["y", "x"]]}
+    obj: dict[str, Any] = {
+        "num_classes": 2,
+        "num_features": 3,
+        "nodes": [
+            {"id": "x", "label": 0, "split": "train", "features": [0, 1.5, 0]},
+            {"id": "y", "label": None, "split": "test", "features": {"indices": [2], "values": [1.0]}},
+        ],
+        "edges": [["y", "x"]],
+    }
     g = NodeGraph.from_json(obj)
     assert g.features.toarray().tolist() == [[0, 1.5, 0], [0, 0, 1.0]] and g.labels.tolist() == [0, -1]
     with pytest.raises(InvalidDatasetError, match="not in the node list"):

@@ -39,8 +39,16 @@ def sbm_graph(seed: int = 0, n: int = 160, f: int = 16) -> NodeGraph:
     centers = rng.normal(size=(3, f))
     feats = np.abs(centers[labels] + rng.normal(size=(n, f))) * (rng.random((n, f)) < 0.5)
     split = np.where(np.arange(n) < 100, 1, np.where(np.arange(n) < 130, 2, 3))
-    return NodeGraph(tuple(f"v{i}" for i in range(n)), sp.csr_matrix(feats), labels, 3, edges, split,
-                     owner_ids=tuple(f"o{i // 2}" for i in range(n)), name="sbm")
+    return NodeGraph(
+        tuple(f"v{i}" for i in range(n)),
+        sp.csr_matrix(feats),
+        labels,
+        3,
+        edges,
+        split,
+        owner_ids=tuple(f"o{i // 2}" for i in range(n)),
+        name="sbm",
+    )
 
 
 def toy_collection(seed: int = 0, count: int = 30, classes: int = 2) -> GraphCollection:
@@ -59,8 +67,12 @@ def true_residual(state: MethodState, targets: torch.Tensor) -> float:
     """||grad L_B(W; D')|| with the epoch's noise B rebuilt from its recorded seed."""
     acc = state.accounting
     design = state.artifacts["design"].to(torch.float64)
-    objective = Objective(DenseDesign(design), targets, state.artifacts["row_weight"].to(torch.float64),
-                          float(acc["config"]["lam"]))
+    objective = Objective(
+        DenseDesign(design),
+        targets,
+        state.artifacts["row_weight"].to(torch.float64),
+        float(acc["config"]["lam"]),
+    )
     W = state.model.weight_matrix(state.released_weights.to(torch.float64))
     B = draw_noise(design.shape[1], W.shape[1], float(acc["noise_std"]), int(acc["noise_seed"]))
     return float((objective.gradient(W, objective.margins(W)) + B).norm())
@@ -78,7 +90,11 @@ def node_targets(state: MethodState, graph: NodeGraph) -> torch.Tensor:
 def node_fit() -> tuple[NodeGraph, MethodState]:
     graph = sbm_graph()
     state, cert = gnn.GraphNodeNewton().fit(graph, {"lam": 1e-2, "alpha": 0.5}, CERTIFIED, seed=3)
-    assert cert.guarantee == "certified" and cert.epsilon == 1.0 and gnn.GraphNodeNewton().verify_certificate(cert) == []
+    assert (
+        cert.guarantee == "certified"
+        and cert.epsilon == 1.0
+        and gnn.GraphNodeNewton().verify_certificate(cert) == []
+    )
     assert cert.budget_spent == pytest.approx(cert.inputs["optimizer_residual"]) and cert.budget_spent < 1e-8
     return graph, state
 
@@ -88,9 +104,17 @@ def test_node_method_is_registered_and_serves_the_three_request_kinds() -> None:
     assert {"sample", "edge", "node_features"} <= method.request_kinds and method.needs_training_data
 
 
-@pytest.mark.parametrize("config", [{"normalization": "standardize"}, {"normalization": "row_l2", "lam": 1e-3},
-                                    {"propagation": "gpr", "bound": "paper"}])
-def test_node_sequence_keeps_bound_above_residual_and_design_equal_to_full_recomputation(config: dict) -> None:
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"normalization": "standardize"},
+        {"normalization": "row_l2", "lam": 1e-3},
+        {"propagation": "gpr", "bound": "paper"},
+    ],
+)
+def test_node_sequence_keeps_bound_above_residual_and_design_equal_to_full_recomputation(
+    config: dict,
+) -> None:
     graph = sbm_graph(1)
     method = gnn.GraphNodeNewton()
     state, _ = method.fit(graph, {"alpha": 0.5, **config}, CERTIFIED, seed=1)
@@ -101,8 +125,10 @@ def test_node_sequence_keeps_bound_above_residual_and_design_equal_to_full_recom
         ForgetRequest(sample_ids=(graph.node_ids[picks[0]],)),
         ForgetRequest(edges=((graph.node_ids[graph.edges[5][0]], graph.node_ids[graph.edges[5][1]]),)),
         ForgetRequest(node_feature_ids=(graph.node_ids[picks[1]],)),
-        ForgetRequest(sample_ids=(graph.node_ids[picks[2]], graph.node_ids[picks[3]]),
-                      node_feature_ids=(graph.node_ids[picks[4]],)),  # several removals, one step
+        ForgetRequest(
+            sample_ids=(graph.node_ids[picks[2]], graph.node_ids[picks[3]]),
+            node_feature_ids=(graph.node_ids[picks[4]],),
+        ),  # several removals, one step
         ForgetRequest(owner_ids=(graph.owner_ids[picks[5]],)),
         ForgetRequest(sample_ids=(graph.node_ids[140],)),  # a test node: only its neighbours change
     ]
@@ -130,9 +156,15 @@ def test_node_unlearning_lands_within_the_certified_distance_of_the_same_noise_r
         graph = graph.after_request(request)
     rows = np.flatnonzero(graph.training_mask())
     feats = torch.from_numpy(gnn.node_features(state, graph)[rows])
-    objective = Objective(DenseDesign(feats), signed_targets(graph.labels[rows], 3),
-                          torch.ones(len(rows), dtype=torch.float64), 1e-2)
-    B = draw_noise(feats.shape[1], 3, float(state.accounting["noise_std"]), int(state.accounting["noise_seed"]))
+    objective = Objective(
+        DenseDesign(feats),
+        signed_targets(graph.labels[rows], 3),
+        torch.ones(len(rows), dtype=torch.float64),
+        1e-2,
+    )
+    B = draw_noise(
+        feats.shape[1], 3, float(state.accounting["noise_std"]), int(state.accounting["noise_seed"])
+    )
     exact = train_perturbed(objective, B, tol=1e-12).weights
     W = state.model.weight_matrix(state.released_weights.to(torch.float64))
     assert float((W - exact).norm()) <= state.accounting["spent"] / (1e-2 * len(rows))
@@ -169,7 +201,10 @@ def test_bad_node_requests_give_clear_errors(node_fit) -> None:
     with pytest.raises(InvalidConfigError, match="remaining"):
         method.forget(state, ForgetRequest(sample_ids=("v1",)), 1, CERTIFIED)
     with pytest.raises(InvalidDatasetError, match="NodeGraph"):
-        forget(ForgetRequest(sample_ids=("v1",)), remaining=make_synthetic(n=20, num_features=3, num_classes=2, seed=0))
+        forget(
+            ForgetRequest(sample_ids=("v1",)),
+            remaining=make_synthetic(n=20, num_features=3, num_classes=2, seed=0),
+        )
     request = ForgetRequest(sample_ids=("v1",))
     later = method.forget(state, request, 1, CERTIFIED, remaining=graph).state
     with pytest.raises(AlreadyDeletedError, match="'v1' of graph 'sbm' was already deleted"):
@@ -197,7 +232,10 @@ def test_budget_exhaustion_retrains_with_fresh_noise_in_a_new_epoch() -> None:
         if cert.inputs.get("retrained_in_forget"):
             seen_retrain = True
             assert cert.inputs["kind"] == "opening" and cert.noise_seed == 100 + int(i)
-            assert state.accounting["deleted_count"] == 0 and state.accounting["train_size"] == graph.training_mask().sum()
+            assert (
+                state.accounting["deleted_count"] == 0
+                and state.accounting["train_size"] == graph.training_mask().sum()
+            )
     assert seen_retrain and state.accounting["retrains"] >= 1 and state.accounting["epoch"] >= 1
 
 
@@ -205,11 +243,18 @@ def test_must_retrain_follows_the_policy_and_the_predicted_budget(node_fit) -> N
     graph, state = node_fit
     method = gnn.GraphNodeNewton()
     after = method.forget(state, ForgetRequest(sample_ids=("v3",)), 1, CERTIFIED, remaining=graph).state
-    assert method.must_retrain(after, BudgetPolicy(max_deletions=1), CERTIFIED, pending_deletions=1) is not None
-    assert method.must_retrain(after, BudgetPolicy(max_deletion_fraction=None), CERTIFIED, pending_deletions=1) is None
+    assert (
+        method.must_retrain(after, BudgetPolicy(max_deletions=1), CERTIFIED, pending_deletions=1) is not None
+    )
+    assert (
+        method.must_retrain(after, BudgetPolicy(max_deletion_fraction=None), CERTIFIED, pending_deletions=1)
+        is None
+    )
     per_item = after.accounting["max_charge_per_item"]
     many = int(after.accounting["cap"] / per_item) + 1
-    reason = method.must_retrain(after, BudgetPolicy(max_deletion_fraction=None), CERTIFIED, pending_deletions=many)
+    reason = method.must_retrain(
+        after, BudgetPolicy(max_deletion_fraction=None), CERTIFIED, pending_deletions=many
+    )
     assert reason is not None and "budget" in reason
     assert method.budget_cap(after, BudgetPolicy(), CERTIFIED) == pytest.approx(0.5 / 4.385386, rel=1e-6)
 
@@ -220,7 +265,9 @@ def test_audited_release_adds_no_noise_and_says_empirical() -> None:
     state, cert = method.fit(graph, {}, AUDITED, seed=0)
     assert cert.guarantee == "empirical" and cert.epsilon is None and cert.sigma == 0.0
     outcome = method.forget(state, ForgetRequest(sample_ids=("v0",)), 1, AUDITED, remaining=graph)
-    assert outcome.certificate.guarantee == "empirical" and method.verify_certificate(outcome.certificate) == []
+    assert (
+        outcome.certificate.guarantee == "empirical" and method.verify_certificate(outcome.certificate) == []
+    )
     assert "distance_to_same_noise_retrain_bound" in outcome.certificate.measured
 
 
@@ -241,8 +288,9 @@ def test_verification_catches_a_tampered_certificate(node_fit) -> None:
 @pytest.fixture(scope="module")
 def graph_fit() -> tuple[GraphCollection, MethodState]:
     collection = toy_collection()
-    state, cert = gcn.GraphClassificationNewton().fit(collection, {"J": 3, "L": 2, "Q": 2, "lam": 1e-2}, CERTIFIED,
-                                                      seed=0)
+    state, cert = gcn.GraphClassificationNewton().fit(
+        collection, {"J": 3, "L": 2, "Q": 2, "lam": 1e-2}, CERTIFIED, seed=0
+    )
     assert gcn.GraphClassificationNewton().verify_certificate(cert) == []
     assert state.model.columns == 1  # two classes: one logistic column
     return collection, state
@@ -258,17 +306,22 @@ def test_graph_node_deletion_changes_only_that_graphs_row(graph_fit) -> None:
     assert changed.tolist() == [4]
     remaining = collection.after_request(request)
     cfg, signal, max_degree, num_tags = gcn.embedding_settings(state)
-    np.testing.assert_array_equal(after[4], embed_graph(remaining.graphs[4], cfg, signal, max_degree=max_degree,
-                                                        num_tags=num_tags))
+    np.testing.assert_array_equal(
+        after[4], embed_graph(remaining.graphs[4], cfg, signal, max_degree=max_degree, num_tags=num_tags)
+    )
     assert outcome.forgotten_ids == ('["4", "2"]',)
 
 
 def test_graph_sequence_keeps_bound_above_residual(graph_fit) -> None:
     collection, state = graph_fit
     method = gcn.GraphClassificationNewton()
-    requests = [ForgetRequest(graph_nodes=(("1", "0"),)), ForgetRequest(graph_ids=("2",)),
-                ForgetRequest(graph_nodes=(("3", "1"), ("5", "0"))), ForgetRequest(sample_ids=("7",)),
-                ForgetRequest(owner_ids=("9",))]
+    requests = [
+        ForgetRequest(graph_nodes=(("1", "0"),)),
+        ForgetRequest(graph_ids=("2",)),
+        ForgetRequest(graph_nodes=(("3", "1"), ("5", "0"))),
+        ForgetRequest(sample_ids=("7",)),
+        ForgetRequest(owner_ids=("9",)),
+    ]
     for request in requests:
         outcome = method.forget(state, request, 11, CERTIFIED, remaining=collection)
         collection, state = collection.after_request(request), outcome.state
@@ -304,7 +357,9 @@ def test_bad_graph_requests_give_clear_errors(graph_fit) -> None:
 def test_multiclass_tags_and_budget_retrain_for_graphs() -> None:
     collection = toy_collection(1, count=24, classes=3)
     method = gcn.GraphClassificationNewton()
-    state, _ = method.fit(collection, {"J": 2, "L": 2, "Q": 2, "alpha": 1e-3, "signal": "tag"}, CERTIFIED, seed=2)
+    state, _ = method.fit(
+        collection, {"J": 2, "L": 2, "Q": 2, "alpha": 1e-3, "signal": "tag"}, CERTIFIED, seed=2
+    )
     assert state.model.columns == 3 and state.model.feature_map["signal"] == "tag"
     retrained = False
     for k in range(5):
@@ -325,14 +380,18 @@ def test_tabular_newton_removal_samples_owners_and_errors() -> None:
     state, cert = method.fit(data, {"lam": 1e-2, "alpha": 1.0}, CERTIFIED, seed=0)
     assert method.verify_certificate(cert) == []
     remaining = data
-    for request in (ForgetRequest(sample_ids=(data.sample_ids[0], data.sample_ids[5])),
-                    ForgetRequest(owner_ids=(data.owner_ids[40],))):
+    for request in (
+        ForgetRequest(sample_ids=(data.sample_ids[0], data.sample_ids[5])),
+        ForgetRequest(owner_ids=(data.owner_ids[40],)),
+    ):
         outcome = method.forget(state, request, 3, CERTIFIED, remaining=remaining)
         assert method.verify_certificate(outcome.certificate) == []
         remaining, state = remaining.without(outcome.forgotten_ids), outcome.state
         assert len(outcome.forgotten_ids) in (2, 4)
     with pytest.raises(AlreadyDeletedError, match="already forgotten"):
-        method.forget(state, ForgetRequest(sample_ids=(data.sample_ids[0],)), 3, CERTIFIED, remaining=remaining)
+        method.forget(
+            state, ForgetRequest(sample_ids=(data.sample_ids[0],)), 3, CERTIFIED, remaining=remaining
+        )
     with pytest.raises(UnknownSampleError):
         method.forget(state, ForgetRequest(sample_ids=("nobody",)), 3, CERTIFIED, remaining=remaining)
     with pytest.raises(UnsupportedRequestError, match="edge"):
@@ -349,8 +408,15 @@ def test_tabular_newton_removal_samples_owners_and_errors() -> None:
 def test_gin_trains_and_reports_timed_epochs() -> None:
     collection = toy_collection(2, count=40)
     graphs = list(collection.graphs)
-    result = train_gin(graphs[:24], graphs[24:32], graphs[32:], 2,
-                       lambda g: node_signal(g, "degree", max_degree=12), GINConfig(epochs=20, hidden=16), seed=0)
+    result = train_gin(
+        graphs[:24],
+        graphs[24:32],
+        graphs[32:],
+        2,
+        lambda g: node_signal(g, "degree", max_degree=12),
+        GINConfig(epochs=20, hidden=16),
+        seed=0,
+    )
     assert 0.0 <= result.test_accuracy <= 1.0 and 1 <= result.best_epoch <= 20
     assert result.train_seconds > 0 and result.epochs == 20
     with pytest.raises(InvalidConfigError):

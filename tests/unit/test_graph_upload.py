@@ -63,7 +63,9 @@ def test_a_node_graph_json_upload_parses(tmp_path: Path) -> None:
 
 def test_malformed_json_is_a_422_with_the_position(tmp_path: Path) -> None:
     bad = _write(tmp_path, '{"nodes": [1, 2,')
-    _rejected(lambda: upload.parse(bad, "json", "g.json", None, LIMIT), 422, "g.json", "not valid JSON", "line 1")
+    _rejected(
+        lambda: upload.parse(bad, "json", "g.json", None, LIMIT), 422, "g.json", "not valid JSON", "line 1"
+    )
     table = _write(tmp_path, "[1, 2]", "list")
     _rejected(lambda: upload.parse(table, "json", "g.json", None, LIMIT), 422, "num_features", "nodes")
 
@@ -94,7 +96,9 @@ def test_a_tu_file_parses_plain_or_gzipped(tmp_path: Path) -> None:
 
 def test_a_truncated_tu_file_is_a_422_that_says_so(tmp_path: Path) -> None:
     truncated = _write(tmp_path, TU[: TU.index("2 1\n") + 4])
-    message = _rejected(lambda: upload.parse(truncated, "tu", "set.txt", None, LIMIT), 422, "set.txt", "truncated")
+    message = _rejected(
+        lambda: upload.parse(truncated, "tu", "set.txt", None, LIMIT), 422, "set.txt", "truncated"
+    )
     assert str(truncated) not in message
     bad_neighbour = _write(tmp_path, "1\n2 0\n0 1 7\n0 1 0\n", "nbr")
     _rejected(lambda: upload.parse(bad_neighbour, "tu", "set.txt", None, LIMIT), 422, "outside")
@@ -138,7 +142,11 @@ def test_stored_graphs_round_trip_and_forget_erased_ids(tmp_path: Path) -> None:
     assert sizes(back)["num_samples"] == 2 and sizes(back)["num_train"] == 1
     collection = load_tu_text(_write(tmp_path, TU, "tu.txt"))
     gone = decode_graph(encode_graph(collection.without(["0"], [("1", "0")])))
-    assert gone.graph_ids == ("1",) and not gone.removed_ids and gone.graphs[0].node_ids[0] == f"{ERASED_PREFIX}0"
+    assert (
+        gone.graph_ids == ("1",)
+        and not gone.removed_ids
+        and gone.graphs[0].node_ids[0] == f"{ERASED_PREFIX}0"
+    )
 
 
 def test_a_batch_request_names_graph_items_once_and_not_as_samples() -> None:

@@ -44,8 +44,9 @@ def fitted(data: Dataset):
 def _convex_problem(clip_mode: str = "batch"):
     data = make_synthetic(n=200, num_features=6, num_classes=3, seed=3)
     model = build_model(ModelSpec("logistic_regression", (6,), 3))
-    cfg = SGDConfig(epochs=10, batch_size=10, lr=0.02, lr_decay=0.999, l2=0.5, clip_norm=5.0,
-                    clip_mode=clip_mode)  # type: ignore[arg-type]
+    cfg = SGDConfig(
+        epochs=10, batch_size=10, lr=0.02, lr_decay=0.999, l2=0.5, clip_norm=5.0, clip_mode=clip_mode
+    )  # type: ignore[arg-type]
     return data, model, cfg
 
 
@@ -57,13 +58,17 @@ def test_additivity_sum_of_sample_vectors_equals_the_set_vector_computed_directl
     groups[chosen] = 0  # group 0 = the deletion set U, group 1 = everyone else
     grouped = train_recorded(model, data, cfg, seed=4, dtype=torch.float64, groups=groups)
     assert rec.vectors is not None and grouped.vectors is not None
-    torch.testing.assert_close(grouped.vectors[0], rec.vectors[torch.as_tensor(chosen)].sum(0), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(
+        grouped.vectors[0], rec.vectors[torch.as_tensor(chosen)].sum(0), rtol=1e-12, atol=1e-14
+    )
     torch.testing.assert_close(grouped.weights, rec.weights, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("clip_mode", ["none", "batch", "per_sample"])
 @pytest.mark.parametrize("fraction", [0.01, 0.05, 0.1, 0.2, 0.3])
-def test_unlearned_model_is_closer_to_the_replay_retrain_than_the_original(fraction: float, clip_mode: str) -> None:
+def test_unlearned_model_is_closer_to_the_replay_retrain_than_the_original(
+    fraction: float, clip_mode: str
+) -> None:
     data, model, cfg = _convex_problem(clip_mode)
     rec = train_recorded(model, data, cfg, seed=5, dtype=torch.float64)
     assert rec.vectors is not None
@@ -126,9 +131,13 @@ def test_certified_release_adds_calibrated_seeded_noise_and_its_certificate_reco
     method = get_method("hessian_free")
     state, cert0 = method.fit(data, TINY, CERTIFIED, seed=2)
     assert method.verify_certificate(cert0) == []
-    out = method.forget(state, ForgetRequest(sample_ids=data.sample_ids[:3]), noise_seed=11, privacy=CERTIFIED)
+    out = method.forget(
+        state, ForgetRequest(sample_ids=data.sample_ids[:3]), noise_seed=11, privacy=CERTIFIED
+    )
     cert = out.certificate
-    assert cert.guarantee == "certified" and cert.calibration == "classical" and cert.cumulative_deletions == 3
+    assert (
+        cert.guarantee == "certified" and cert.calibration == "classical" and cert.cumulative_deletions == 3
+    )
     assert cert.bound == pytest.approx(3 * cert.inputs["per_sample_bound"])
     assert cert.sigma == pytest.approx(cert.bound * np.sqrt(2 * np.log(1.25 / 1e-3)) / 1.0)
     assert method.verify_certificate(cert) == []
@@ -192,7 +201,9 @@ def test_bad_requests_raise_clear_errors(fitted) -> None:
 def test_bad_datasets_raise_clear_errors() -> None:
     x = np.zeros((3, 2), dtype=np.float32)
     with pytest.raises(InvalidDatasetError, match="NaN"):
-        Dataset(("a", "b", "c"), ("o", "o", "o"), np.array([[0, 1], [np.nan, 0], [1, 1]]), np.array([0, 1, 0]), 2)
+        Dataset(
+            ("a", "b", "c"), ("o", "o", "o"), np.array([[0, 1], [np.nan, 0], [1, 1]]), np.array([0, 1, 0]), 2
+        )
     with pytest.raises(InvalidDatasetError, match="outside"):
         Dataset(("a", "b", "c"), ("o", "o", "o"), x, np.array([0, 2, 0]), 2)
     with pytest.raises(InvalidDatasetError, match="more than once"):

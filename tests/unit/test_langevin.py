@@ -91,8 +91,9 @@ def test_multiclass_constants_bound_the_gradient_and_its_lipschitz_constant() ->
         assert float(diff.norm()) <= problem.smoothness * float((w1 - w2).norm()) + 1e-12
 
 
-def test_released_weights_are_served_by_the_logistic_regression_family(method: Langevin, fitted: MethodState,
-                                                                      binary: Dataset) -> None:
+def test_released_weights_are_served_by_the_logistic_regression_family(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
     model = build_model(fitted.model)
     problem = LogisticProblem.from_dict(fitted.accounting)
     w = problem.from_flat(fitted.released_weights)
@@ -111,8 +112,9 @@ def test_projection_keeps_the_weights_in_the_ball(method: Langevin, binary: Data
     assert float(project(w, 1.0).norm()) == pytest.approx(1.0) and torch.equal(project(w, 10.0), w)
 
 
-def test_same_seed_gives_identical_weights_and_another_seed_does_not(method: Langevin, binary: Dataset,
-                                                                     fitted: MethodState) -> None:
+def test_same_seed_gives_identical_weights_and_another_seed_does_not(
+    method: Langevin, binary: Dataset, fitted: MethodState
+) -> None:
     again = method.fit(binary, CONFIG, PRIVACY, seed=3)[0]
     other = method.fit(binary, CONFIG, PRIVACY, seed=4)[0]
     assert torch.equal(again.released_weights, fitted.released_weights)
@@ -123,11 +125,19 @@ def test_same_seed_gives_identical_weights_and_another_seed_does_not(method: Lan
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-def test_fit_learns_and_records_the_converged_regime(method: Langevin, binary: Dataset,
-                                                     fitted: MethodState) -> None:
+def test_fit_learns_and_records_the_converged_regime(
+    method: Langevin, binary: Dataset, fitted: MethodState
+) -> None:
     account = fitted.accounting
-    const = acc.PNSGDConstants(account["slots"], account["batch_size"], account["eta"], account["l2"],
-                               account["clip"], account["radius"], account["smoothness"])
+    const = acc.PNSGDConstants(
+        account["slots"],
+        account["batch_size"],
+        account["eta"],
+        account["l2"],
+        account["clip"],
+        account["radius"],
+        account["smoothness"],
+    )
     T = account["burn_in_epochs"]
     assert T == acc.epochs_to_converge(const, 1e-3)
     assert account["z_out"] == pytest.approx(acc.stationarity_gap(const, T))
@@ -145,7 +155,9 @@ def test_multiclass_fit_learns(method: Langevin) -> None:
 
 
 # ------------------------------------------------------------------------------------------ forgetting
-def test_forget_trains_on_the_remaining_samples_only(method: Langevin, fitted: MethodState, binary: Dataset) -> None:
+def test_forget_trains_on_the_remaining_samples_only(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
     gone = binary.sample_ids[7]
     out = _forget(method, fitted, binary, gone)
     tampered = binary.features.copy()
@@ -153,21 +165,32 @@ def test_forget_trains_on_the_remaining_samples_only(method: Langevin, fitted: M
     labels = binary.labels.copy()
     labels[7] = 1 - labels[7]
     altered = Dataset(binary.sample_ids, binary.owner_ids, tampered, labels, 2, name=binary.name)
-    assert torch.equal(_forget(method, fitted, altered, gone).state.released_weights, out.state.released_weights)
+    assert torch.equal(
+        _forget(method, fitted, altered, gone).state.released_weights, out.state.released_weights
+    )
     kept = binary.features.copy()
     kept[8] = -kept[8]  # a remaining sample's data does matter: unlearning really trains on it
     changed = Dataset(binary.sample_ids, binary.owner_ids, kept, binary.labels, 2, name=binary.name)
-    assert not torch.equal(_forget(method, fitted, changed, gone).state.released_weights, out.state.released_weights)
+    assert not torch.equal(
+        _forget(method, fitted, changed, gone).state.released_weights, out.state.released_weights
+    )
     assert out.forgotten_ids == (gone,) and out.state.accounting["deleted_count"] == 1
     assert gone in out.state.deleted_ids and gone not in fitted.deleted_ids
 
 
-def test_forget_runs_the_accountants_k_from_the_current_weights(method: Langevin, fitted: MethodState,
-                                                                binary: Dataset) -> None:
+def test_forget_runs_the_accountants_k_from_the_current_weights(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
     out = _forget(method, fitted, binary, binary.sample_ids[0])
     cert = out.certificate
-    const = acc.PNSGDConstants(cert.inputs["slots"], cert.inputs["batch_size"], cert.inputs["eta"],
-                               cert.inputs["l2"], cert.inputs["clip"], cert.inputs["radius"])
+    const = acc.PNSGDConstants(
+        cert.inputs["slots"],
+        cert.inputs["batch_size"],
+        cert.inputs["eta"],
+        cert.inputs["l2"],
+        cert.inputs["clip"],
+        cert.inputs["radius"],
+    )
     expected = acc.charge_request(const, 0.02, fitted.accounting["z_out"], 1, 1.0, 1e-3)
     assert cert.inputs["epochs"] == expected.epochs and cert.bound == pytest.approx(expected.z_in)
     assert cert.epsilon == pytest.approx(expected.loss.epsilon) and cert.epsilon <= 1.0
@@ -181,7 +204,9 @@ def test_certificates_recompute_and_tampering_is_detected(method: Langevin, bina
     out = _forget(method, state, binary, binary.sample_ids[1], binary.sample_ids[2])
     cert = out.certificate
     assert method.verify_certificate(cert) == []
-    assert method.verify_certificate(type(cert).from_dict(cert.to_dict())) == []  # survives the JSON round trip
+    assert (
+        method.verify_certificate(type(cert).from_dict(cert.to_dict())) == []
+    )  # survives the JSON round trip
     bad_k = replace(cert, inputs={**cert.inputs, "epochs": cert.inputs["epochs"] + 1})
     assert any("K recomputes" in p for p in method.verify_certificate(bad_k))
     bad_eps = replace(cert, epsilon=cert.epsilon * 0.5)
@@ -192,14 +217,23 @@ def test_certificates_recompute_and_tampering_is_detected(method: Langevin, bina
     assert any("1/L" in p for p in method.verify_certificate(bad_eta))
 
 
-def test_sequential_requests_follow_the_z_recursion(method: Langevin, fitted: MethodState, binary: Dataset) -> None:
+def test_sequential_requests_follow_the_z_recursion(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
     state, data, certs = fitted, binary, []
     for sid in binary.sample_ids[10:14]:
         out = _forget(method, state, data, sid)
         state, data = out.state, data.without([sid])
         certs.append(out.certificate)
-    zb = acc.z_single(acc.PNSGDConstants(state.accounting["slots"], state.accounting["batch_size"],
-                                         state.accounting["eta"], state.accounting["l2"], state.accounting["clip"]))
+    zb = acc.z_single(
+        acc.PNSGDConstants(
+            state.accounting["slots"],
+            state.accounting["batch_size"],
+            state.accounting["eta"],
+            state.accounting["l2"],
+            state.accounting["clip"],
+        )
+    )
     for prev, nxt in itertools.pairwise(certs):
         assert nxt.inputs["z_prev"] == prev.inputs["z_out"]
         assert nxt.bound == pytest.approx(prev.inputs["z_out"] + zb)
@@ -209,12 +243,19 @@ def test_sequential_requests_follow_the_z_recursion(method: Langevin, fitted: Me
         _forget(method, state, data, binary.sample_ids[10])
 
 
-def test_state_survives_the_services_json_storage(method: Langevin, fitted: MethodState, binary: Dataset) -> None:
+def test_state_survives_the_services_json_storage(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
     """The service stores ``accounting`` as JSON and the weights as blobs; nothing else is kept."""
     assert fitted.artifacts == {} and fitted.statistics is None
-    restored = MethodState(method=fitted.method, model=type(fitted.model).from_dict(fitted.model.to_dict()),
-                           clean_weights=fitted.clean_weights.clone(), released_weights=fitted.released_weights.clone(),
-                           statistics=None, accounting=json.loads(json.dumps(fitted.accounting)))
+    restored = MethodState(
+        method=fitted.method,
+        model=type(fitted.model).from_dict(fitted.model.to_dict()),
+        clean_weights=fitted.clean_weights.clone(),
+        released_weights=fitted.released_weights.clone(),
+        statistics=None,
+        accounting=json.loads(json.dumps(fitted.accounting)),
+    )
     a = _forget(method, restored, binary, binary.sample_ids[4])
     b = _forget(method, fitted, binary, binary.sample_ids[4])
     assert torch.equal(a.state.released_weights, b.state.released_weights)
@@ -222,20 +263,29 @@ def test_state_survives_the_services_json_storage(method: Langevin, fitted: Meth
     assert a.certificate.inputs == b.certificate.inputs and a.certificate.epsilon == b.certificate.epsilon
 
 
-def test_owners_expand_to_their_remaining_samples(method: Langevin, fitted: MethodState, binary: Dataset) -> None:
+def test_owners_expand_to_their_remaining_samples(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
     owner = binary.owner_ids[0]
     owned = tuple(s for s, o in zip(binary.sample_ids, binary.owner_ids) if o == owner)
     first = _forget(method, fitted, binary, owned[0])
-    rest = method.forget(first.state, ForgetRequest(owner_ids=(owner,)), 1, PRIVACY, remaining=binary.without([owned[0]]))
+    rest = method.forget(
+        first.state, ForgetRequest(owner_ids=(owner,)), 1, PRIVACY, remaining=binary.without([owned[0]])
+    )
     assert rest.forgotten_ids == owned[1:] and rest.certificate.charge == len(owned) - 1
     with pytest.raises(UnknownSampleError, match="no remaining samples"):
-        method.forget(rest.state, ForgetRequest(owner_ids=(owner,)), 1, PRIVACY, remaining=binary.without(owned))
+        method.forget(
+            rest.state, ForgetRequest(owner_ids=(owner,)), 1, PRIVACY, remaining=binary.without(owned)
+        )
 
 
-def test_audited_mode_still_releases_certified_noisy_models(method: Langevin, fitted: MethodState,
-                                                            binary: Dataset) -> None:
+def test_audited_mode_still_releases_certified_noisy_models(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
     audited = PrivacyTarget(1.0, 1e-3, "audited")
-    cert = method.forget(fitted, ForgetRequest(sample_ids=(binary.sample_ids[3],)), 2, audited, remaining=binary).certificate
+    cert = method.forget(
+        fitted, ForgetRequest(sample_ids=(binary.sample_ids[3],)), 2, audited, remaining=binary
+    ).certificate
     assert cert.release_mode == "audited" and cert.guarantee == "certified" and cert.epsilon is not None
     assert "audited" in cert.notes and method.verify_certificate(cert) == []
 
@@ -248,8 +298,12 @@ def test_automatic_sigma_keeps_every_request_within_target_epochs(method: Langev
         out = _forget(method, state, data, sid)
         assert out.certificate.inputs["epochs"] <= 2
         state, data = out.state, data.without([sid])
-    capped = method.fit(binary, {**CONFIG, "sigma": None}, PRIVACY, seed=1, policy=BudgetPolicy(max_sigma=1e-3))[0]
-    assert capped.accounting["sigma"] == 1e-3 and capped.accounting["sigma_source"].startswith("policy_max_sigma")
+    capped = method.fit(
+        binary, {**CONFIG, "sigma": None}, PRIVACY, seed=1, policy=BudgetPolicy(max_sigma=1e-3)
+    )[0]
+    assert capped.accounting["sigma"] == 1e-3 and capped.accounting["sigma_source"].startswith(
+        "policy_max_sigma"
+    )
 
 
 # ------------------------------------------------------------------------------------------ budget
@@ -260,21 +314,36 @@ def test_budget_cap_and_must_retrain_rules(method: Langevin, fitted: MethodState
     assert method.must_retrain(fitted, policy, PRIVACY, pending_deletions=5) is None
     assert "above its cap of 5" in (method.must_retrain(fitted, policy, PRIVACY, pending_deletions=6) or "")
     cheap_retrain = replace(fitted, accounting={**fitted.accounting, "burn_in_epochs": 1})
-    assert "no fewer than the 1 epochs of retraining" in (method.must_retrain(cheap_retrain, policy, PRIVACY, 1) or "")
+    assert "no fewer than the 1 epochs of retraining" in (
+        method.must_retrain(cheap_retrain, policy, PRIVACY, 1) or ""
+    )
     tight = replace(fitted, accounting={**fitted.accounting, "max_unlearning_epochs": 1, "sigma": 1e-6})
     assert "cannot reach the privacy target" in (method.must_retrain(tight, policy, PRIVACY, 1) or "")
 
 
 def test_certificate_budget_fields(method: Langevin, fitted: MethodState, binary: Dataset) -> None:
     policy = BudgetPolicy(max_deletions=10, max_deletion_fraction=None)
-    out = method.forget(fitted, ForgetRequest(sample_ids=tuple(binary.sample_ids[:3])), 1, PRIVACY,
-                        remaining=binary, policy=policy)
+    out = method.forget(
+        fitted,
+        ForgetRequest(sample_ids=tuple(binary.sample_ids[:3])),
+        1,
+        PRIVACY,
+        remaining=binary,
+        policy=policy,
+    )
     cert = out.certificate
-    assert (cert.budget_unit, cert.budget_cap, cert.budget_spent, cert.charge) == ("deleted_samples", 10, 3, 3)
+    assert (cert.budget_unit, cert.budget_cap, cert.budget_spent, cert.charge) == (
+        "deleted_samples",
+        10,
+        3,
+        3,
+    )
 
 
 # ------------------------------------------------------------------------------------------ bad input
-def test_bad_requests_raise_the_protocol_errors(method: Langevin, fitted: MethodState, binary: Dataset) -> None:
+def test_bad_requests_raise_the_protocol_errors(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
     with pytest.raises(EmptyRequestError):
         method.forget(fitted, ForgetRequest(), 0, PRIVACY, remaining=binary)
     with pytest.raises(UnsupportedRequestError, match="samples and owners"):
@@ -287,14 +356,19 @@ def test_bad_requests_raise_the_protocol_errors(method: Langevin, fitted: Method
         method.forget(fitted, ForgetRequest(sample_ids=(binary.sample_ids[0],)), 0, PRIVACY)
 
 
-def test_a_remaining_dataset_that_is_not_the_training_data_is_refused(method: Langevin, fitted: MethodState,
-                                                                     binary: Dataset) -> None:
+def test_a_remaining_dataset_that_is_not_the_training_data_is_refused(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
     with pytest.raises(InvalidConfigError, match="still holds 96"):
         _forget(method, fitted, binary.without([binary.sample_ids[-1]]), binary.sample_ids[0])
-    renamed = Dataset(tuple(f"x{s}" for s in binary.sample_ids), binary.owner_ids, binary.features, binary.labels, 2)
+    renamed = Dataset(
+        tuple(f"x{s}" for s in binary.sample_ids), binary.owner_ids, binary.features, binary.labels, 2
+    )
     with pytest.raises(InvalidConfigError, match="sample ids differ"):
         _forget(method, fitted, renamed, renamed.sample_ids[0])
-    wide = Dataset(binary.sample_ids, binary.owner_ids, np.hstack([binary.features, binary.features]), binary.labels, 2)
+    wide = Dataset(
+        binary.sample_ids, binary.owner_ids, np.hstack([binary.features, binary.features]), binary.labels, 2
+    )
     with pytest.raises(DimensionMismatchError, match="12 features"):
         _forget(method, fitted, wide, binary.sample_ids[0])
     big = Dataset(binary.sample_ids, binary.owner_ids, binary.features * 3, binary.labels, 2)
@@ -314,8 +388,9 @@ def test_a_remaining_dataset_that_is_not_the_training_data_is_refused(method: La
         ({"l2": 0.0}, InvalidConfigError, "l2 must be"),
     ],
 )
-def test_bad_configurations_are_refused(method: Langevin, binary: Dataset, config: dict, error: type,
-                                        message: str) -> None:
+def test_bad_configurations_are_refused(
+    method: Langevin, binary: Dataset, config: dict, error: type, message: str
+) -> None:
     with pytest.raises(error, match=message):
         method.fit(binary, {**CONFIG, **config}, PRIVACY, seed=0)
 

@@ -52,7 +52,9 @@ def truncate4(x: float) -> float:
 
 
 # --------------------------------------------------------------------------------------------- A1-A4
-@pytest.mark.parametrize(("name", "c", "eta"), [("mnist", 0.9568865, 3.8275461), ("cifar", 0.9625454, 3.8501817)])
+@pytest.mark.parametrize(
+    ("name", "c", "eta"), [("mnist", 0.9568865, 3.8275461), ("cifar", 0.9625454, 3.8501817)]
+)
 def test_a1_a2_contraction_and_step_size(name: str, c: float, eta: float) -> None:
     k = const(name, 128)
     assert round(k.c, 7) == c and round(k.eta, 7) == eta
@@ -60,7 +62,10 @@ def test_a1_a2_contraction_and_step_size(name: str, c: float, eta: float) -> Non
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("mnist", (0.2392217, 0.0610688, 0.0240861, 0.0157632)), ("cifar", (0.2406386, 0.0636574, 0.0291568, 0.0211341))],
+    [
+        ("mnist", (0.2392217, 0.0610688, 0.0240861, 0.0157632)),
+        ("cifar", (0.2406386, 0.0636574, 0.0291568, 0.0211341)),
+    ],
 )
 def test_a3_a4_algorithm8_z_b(name: str, expected: tuple[float, ...]) -> None:
     got = tuple(round(acc.z_single(const(name, b)), 7) for b in (32, 128, 512, "full"))
@@ -81,7 +86,9 @@ def test_a5_table3_by_the_papers_bisection(name: str, b: int | str) -> None:
 @pytest.mark.parametrize(("name", "b"), list(TABLE3))
 def test_a5_table3_closed_form_agrees_and_projection_is_irrelevant(name: str, b: int | str) -> None:
     T = 30 if b == 128 else 3000
-    with_r = [acc.sigma_for_epochs_finite_training(const(name, b, R=100.0), e, delta(name), T) for e in EPSILONS]
+    with_r = [
+        acc.sigma_for_epochs_finite_training(const(name, b, R=100.0), e, delta(name), T) for e in EPSILONS
+    ]
     without_r = [acc.sigma_for_epochs_finite_training(const(name, b), e, delta(name), T) for e in EPSILONS]
     assert tuple(truncate4(s) for s in with_r) == TABLE3[(name, b)]
     assert with_r == pytest.approx(without_r, rel=1e-12)  # the 2R c^(TN) terms are ~e^-116: the code's R = 0
@@ -110,7 +117,9 @@ def test_a6_a8_converged_closed_form_sigma(name: str, b: int | str, expected: tu
 
 
 # ------------------------------------------------------------------------------------------- A9-A12
-def _plan(name: str, b: int | str, sigma: float, pabi: str, eps: float = 1.0, requests: int = 100) -> list[int]:
+def _plan(
+    name: str, b: int | str, sigma: float, pabi: str, eps: float = 1.0, requests: int = 100
+) -> list[int]:
     charges = acc.sequential_plan(const(name, b), sigma, eps, delta(name), [1] * requests, pabi=pabi)  # type: ignore[arg-type]
     return [c.epochs for c in charges]
 
@@ -152,7 +161,9 @@ def test_a11_z_trace_follows_the_thm311_recursion() -> None:
         ("cifar", "full", "tight", [3, 7, 10, 11, 12, 12], 1183),
     ],
 )
-def test_a12_fig3b_setting_sigma_003(name: str, b: int | str, pabi: str, prefix: list[int], total: int) -> None:
+def test_a12_fig3b_setting_sigma_003(
+    name: str, b: int | str, pabi: str, prefix: list[int], total: int
+) -> None:
     ks = _plan(name, b, 0.03, pabi)
     assert ks[: len(prefix)] == prefix and sum(ks) == total
 
@@ -165,7 +176,9 @@ def test_constant_z_b_of_the_printed_algorithm7_understates_sequential_cost() ->
 
 
 # ------------------------------------------------------------------------------------- A13, A17 (D2D)
-@pytest.mark.parametrize(("name", "I", "first", "last", "total"), [("mnist", 98, 132, 134, 13374), ("cifar", 111, 149, 152, 15169)])
+@pytest.mark.parametrize(
+    ("name", "I", "first", "last", "total"), [("mnist", 98, 132, 134, 13374), ("cifar", 111, 149, 152, 15169)]
+)
 def test_a13_d2d_theorem_l2_iterations(name: str, I: int, first: int, last: int, total: int) -> None:
     d2d = d2d_constants(name)
     assert iterations_without_state(d2d, 1.0, delta(name)) == I
@@ -207,8 +220,16 @@ def test_a15_full_batch_sglu_is_under_10_percent_of_d2d() -> None:
 
 @pytest.mark.parametrize(
     ("name", "b", "pabi", "most"),
-    [("mnist", 32, "tight", 1), ("mnist", 32, "paper", 1), ("cifar", 32, "tight", 1), ("cifar", 32, "paper", 1),
-     ("mnist", 512, "tight", 4), ("mnist", 512, "paper", 5), ("cifar", 512, "tight", 5), ("cifar", 512, "paper", 7)],
+    [
+        ("mnist", 32, "tight", 1),
+        ("mnist", 32, "paper", 1),
+        ("cifar", 32, "tight", 1),
+        ("cifar", 32, "paper", 1),
+        ("mnist", 512, "tight", 4),
+        ("mnist", 512, "paper", 5),
+        ("cifar", 512, "tight", 5),
+        ("cifar", 512, "paper", 7),
+    ],
 )
 def test_a16_fig3cd_at_most_k_epochs_per_request(name: str, b: int, pabi: str, most: int) -> None:
     worst = max(max(_plan(name, b, s, pabi, eps=0.01)) for s in (0.05, 0.1, 0.2, 0.5, 1.0))
@@ -221,8 +242,10 @@ def test_a16_fig3cd_at_most_k_epochs_per_request(name: str, b: int, pabi: str, m
 def test_more_unlearning_epochs_never_increase_epsilon(pabi: str, conversion: str) -> None:
     for b in (32, 128, "full"):
         k = const("mnist", b)
-        eps = [acc.epsilon_converged(k, 0.03, K, acc.z_single(k), 1e-4, pabi, conversion).epsilon  # type: ignore[arg-type]
-               for K in range(1, 40)]
+        eps = [
+            acc.epsilon_converged(k, 0.03, K, acc.z_single(k), 1e-4, pabi, conversion).epsilon  # type: ignore[arg-type]
+            for K in range(1, 40)
+        ]
         assert all(later <= earlier for earlier, later in itertools.pairwise(eps))
         assert eps[-1] < eps[0] or eps[0] == 0.0  # dp-accounting reports 0 once the RDP is negligible
 
@@ -238,7 +261,9 @@ def test_tight_pabi_never_exceeds_the_papers_and_equals_it_for_one_step() -> Non
     for K in (1, 2, 5, 50):
         assert acc.log_pabi_factor(k, K, "tight") <= acc.log_pabi_factor(k, K, "paper")
     full = const("mnist", "full")
-    assert acc.log_pabi_factor(full, 1, "tight") == pytest.approx(acc.log_pabi_factor(full, 1, "paper"), rel=1e-12)
+    assert acc.log_pabi_factor(full, 1, "tight") == pytest.approx(
+        acc.log_pabi_factor(full, 1, "paper"), rel=1e-12
+    )
 
 
 def _linear(slope: float) -> Callable[[float], float]:
@@ -261,10 +286,14 @@ def test_closed_form_conversions_equal_numerical_minimisation() -> None:
 
 def test_dp_accounting_conversion_is_tighter_and_never_needs_more_epochs() -> None:
     for slope in (0.01, 0.1, 1.0):
-        assert acc.dp_from_linear_rdp(slope, 1e-4, "dp_accounting")[0] < acc.dp_from_linear_rdp(slope, 1e-4)[0]
+        assert (
+            acc.dp_from_linear_rdp(slope, 1e-4, "dp_accounting")[0] < acc.dp_from_linear_rdp(slope, 1e-4)[0]
+        )
     k = const("mnist", "full")
     z = acc.z_single(k)
-    assert acc.least_epochs(k, 0.03, z, 1.0, 1e-4, conversion="dp_accounting") <= acc.least_epochs(k, 0.03, z, 1.0, 1e-4)
+    assert acc.least_epochs(k, 0.03, z, 1.0, 1e-4, conversion="dp_accounting") <= acc.least_epochs(
+        k, 0.03, z, 1.0, 1e-4
+    )
 
 
 @pytest.mark.parametrize("pabi", ["paper", "tight"])
@@ -289,7 +318,9 @@ def test_sigma_for_epochs_is_the_least_sigma() -> None:
 
 @pytest.mark.parametrize("pabi", ["paper", "tight"])
 @pytest.mark.parametrize(("b", "K"), [(512, 2), (128, 1), ("full", 3)])
-def test_steady_state_sigma_keeps_every_request_within_the_epoch_budget(pabi: str, b: int | str, K: int) -> None:
+def test_steady_state_sigma_keeps_every_request_within_the_epoch_budget(
+    pabi: str, b: int | str, K: int
+) -> None:
     k = const("mnist", b)
     s = acc.steady_state_sigma(k, 1.0, 1e-4, epochs=K, initial_gap=1e-6, pabi=pabi)  # type: ignore[arg-type]
     ks = [c.epochs for c in acc.sequential_plan(k, s, 1.0, 1e-4, [1] * 300, pabi=pabi, z0=1e-6)]  # type: ignore[arg-type]
@@ -364,8 +395,12 @@ def test_step_size_above_one_over_l_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"n": 100, "b": 30}, "not a multiple of b"), ({"n": 100, "b": 0}, "batch size b"),
-     ({"n": 100, "b": 10, "m": 0.0}, "m must be"), ({"n": 100, "b": 10, "R": -1.0}, "projection radius")],
+    [
+        ({"n": 100, "b": 30}, "not a multiple of b"),
+        ({"n": 100, "b": 0}, "batch size b"),
+        ({"n": 100, "b": 10, "m": 0.0}, "m must be"),
+        ({"n": 100, "b": 10, "R": -1.0}, "projection radius"),
+    ],
 )
 def test_invalid_constants_are_refused(kwargs: dict[str, float], message: str) -> None:
     base = {"n": 100, "b": 10, "eta": 1.0, "m": 0.01, "M": 1.0}

@@ -67,10 +67,12 @@ def test_compact_product_inverts_the_two_loop_recursion_to_float_precision(pairs
     for _ in range(5):
         u = torch.randn(s.shape[0], generator=gen, dtype=F64)
         # Same pairs, H_0 = I / sigma: the two-loop H is exactly B^{-1}.
-        torch.testing.assert_close(approx.matvec(two_loop_inverse_product(s, y, u, 1.0 / approx.sigma)), u,
-                                   rtol=1e-10, atol=1e-11)
-        torch.testing.assert_close(two_loop_inverse_product(s, y, approx.matvec(u), 1.0 / approx.sigma), u,
-                                   rtol=1e-10, atol=1e-11)
+        torch.testing.assert_close(
+            approx.matvec(two_loop_inverse_product(s, y, u, 1.0 / approx.sigma)), u, rtol=1e-10, atol=1e-11
+        )
+        torch.testing.assert_close(
+            two_loop_inverse_product(s, y, approx.matvec(u), 1.0 / approx.sigma), u, rtol=1e-10, atol=1e-11
+        )
 
 
 def test_secant_condition_and_sigma_use_the_newest_step() -> None:
@@ -91,8 +93,16 @@ def test_the_two_block_factors_multiply_to_the_middle_matrix() -> None:
     torch.testing.assert_close(approx.lower @ approx.upper, middle, rtol=1e-11, atol=1e-11)
 
 
-def _printed_algorithm4(s: torch.Tensor, y: torch.Tensor, u: torch.Tensor, *, fix_sigma: bool,
-                        fix_ldl: bool, fix_blocks: bool, w_last: torch.Tensor) -> torch.Tensor:
+def _printed_algorithm4(
+    s: torch.Tensor,
+    y: torch.Tensor,
+    u: torch.Tensor,
+    *,
+    fix_sigma: bool,
+    fix_ldl: bool,
+    fix_blocks: bool,
+    w_last: torch.Tensor,
+) -> torch.Tensor:
     """Algorithm 4 as printed, with each of the three corrections switchable."""
     m = s.shape[1]
     sty = s.T @ y

@@ -35,7 +35,13 @@ AUDITED = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="audited")
 CERTIFIED = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="certified")
 # 40 samples, batch 8: 5 steps per epoch, T = 15 steps; k = 6 replayed, m = 2 older snapshots.
 TINY: dict[str, Any] = {
-    "epochs": 3, "batch_size": 8, "lr": 0.3, "l2": 0.1, "k": 6, "m": 2, "dtype": "float64",
+    "epochs": 3,
+    "batch_size": 8,
+    "lr": 0.3,
+    "l2": 0.1,
+    "k": 6,
+    "m": 2,
+    "dtype": "float64",
 }
 
 
@@ -165,7 +171,7 @@ def test_window_records_the_trajectory_of_the_seeded_schedule(method: MiniUnlear
     k, m = TINY["k"], TINY["m"]
     assert a["snapshots"].shape == (k + m + 1, state.clean_weights.shape[0])
     assert state.accounting["schedule_seed"] == 3 and state.accounting["total_steps"] == schedule.steps
-    for got, want in zip(a["batch_rows"], schedule.batches[-(k + m):]):
+    for got, want in zip(a["batch_rows"], schedule.batches[-(k + m) :]):
         assert got[got >= 0].tolist() == want.tolist()
     torch.testing.assert_close(a["snapshots"][-1], state.clean_weights, rtol=0, atol=0)
     for j in range(k):  # w_l = w_{l-1} - eta_l D_l on every window step
@@ -178,8 +184,9 @@ def _residual(
     state_after: MethodState, state: MethodState, data: Dataset, ids: list[str]
 ) -> tuple[float, float]:
     cfg = sgd_config({**MiniUnlearning().default_config(), **state.accounting["config"]})
-    ref = exact_replay(build_model(state.model), data, cfg, int(state.accounting["training_seed"]), ids,
-                       dtype=torch.float64)
+    ref = exact_replay(
+        build_model(state.model), data, cfg, int(state.accounting["training_seed"]), ids, dtype=torch.float64
+    )
     return float((state_after.clean_weights - ref).norm()), float((state.clean_weights - ref).norm())
 
 
@@ -365,8 +372,16 @@ def test_bad_requests_raise_the_protocol_errors(method: MiniUnlearning, data: Da
 
 @pytest.mark.parametrize(
     "override",
-    [{"k": 0}, {"m": 0}, {"k": 2.5}, {"hvp": "newton"}, {"dtype": "float16"}, {"max_deletion_fraction": 0},
-     {"lr": -1.0}, {"batch_size": 0}],
+    [
+        {"k": 0},
+        {"m": 0},
+        {"k": 2.5},
+        {"hvp": "newton"},
+        {"dtype": "float16"},
+        {"max_deletion_fraction": 0},
+        {"lr": -1.0},
+        {"batch_size": 0},
+    ],
 )
 def test_invalid_config_is_rejected(method: MiniUnlearning, data: Dataset, override: dict[str, Any]) -> None:
     with pytest.raises(InvalidConfigError):

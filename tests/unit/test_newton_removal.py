@@ -50,7 +50,7 @@ def test_budget_matches_the_digest_numbers_and_round_trips_delta() -> None:
     assert c0(1e-4) == pytest.approx(4.38539, abs=1e-5)
     assert residual_budget(0.1, 1.0, 1e-4) == pytest.approx(0.022803, abs=1e-6)
     assert residual_budget(10.0, 1.0, 1e-4) == pytest.approx(2.280301, abs=1e-6)
-    assert 1.5 * math.exp(-c0(1e-5) ** 2 / 2) == pytest.approx(1e-5, rel=1e-12)
+    assert 1.5 * math.exp(-(c0(1e-5) ** 2) / 2) == pytest.approx(1e-5, rel=1e-12)
 
 
 def test_budget_is_one_for_the_joint_model_whatever_the_number_of_classes() -> None:
@@ -67,9 +67,15 @@ def test_budget_is_one_for_the_joint_model_whatever_the_number_of_classes() -> N
         state, _ = method.fit(data, {"alpha": 1.0}, privacy, seed=0)
         assert state.model.columns == (1 if classes == 2 else classes)
         assert method.budget_cap(state, BudgetPolicy(), privacy) == pytest.approx(1.0 / c0(1e-4), rel=1e-12)
-        cert = method.forget(state, ForgetRequest(sample_ids=(data.sample_ids[0],)), 1, privacy, remaining=data).certificate
-        parts = [b + r + s for b, r, s in zip(cert.inputs["per_class_bound"], cert.inputs["solver_residual"],
-                                              cert.inputs["slack"])]
+        cert = method.forget(
+            state, ForgetRequest(sample_ids=(data.sample_ids[0],)), 1, privacy, remaining=data
+        ).certificate
+        parts = [
+            b + r + s
+            for b, r, s in zip(
+                cert.inputs["per_class_bound"], cert.inputs["solver_residual"], cert.inputs["slack"]
+            )
+        ]
         assert len(parts) == state.model.columns
         assert cert.charge == pytest.approx(math.sqrt(sum(p * p for p in parts)), rel=1e-12)
         assert cert.budget_cap == pytest.approx(1.0 / c0(1e-4), rel=1e-12)
@@ -130,8 +136,17 @@ def _remove(objective: Objective, rows: list[int], W: torch.Tensor, **kw):
     after = objective.with_weight(weight)
     idx = torch.as_tensor(rows)
     block = objective.design.take(idx)
-    delta = gradient_difference(W, objective.targets[idx], block, torch.ones(len(rows), dtype=torch.float64), block,
-                                torch.zeros(len(rows), dtype=torch.float64), objective.lam, objective.count, after.count)
+    delta = gradient_difference(
+        W,
+        objective.targets[idx],
+        block,
+        torch.ones(len(rows), dtype=torch.float64),
+        block,
+        torch.zeros(len(rows), dtype=torch.float64),
+        objective.lam,
+        objective.count,
+        after.count,
+    )
     full = objective.gradient(W, objective.margins(W)) - after.gradient(W, after.margins(W))
     torch.testing.assert_close(delta, full, rtol=1e-10, atol=1e-12)  # local Delta = explicit difference
     op = operator_norm_upper(objective.design.materialize()[weight > 0])
@@ -140,12 +155,16 @@ def _remove(objective: Objective, rows: list[int], W: torch.Tensor, **kw):
 
 @pytest.mark.parametrize("variant", ["tight", "paper"])
 @pytest.mark.parametrize("solver", ["cg", "cholesky", "woodbury"])
-def test_newton_step_lands_within_the_certified_bound_of_the_exact_new_minimiser(variant: str, solver: str) -> None:
+def test_newton_step_lands_within_the_certified_bound_of_the_exact_new_minimiser(
+    variant: str, solver: str
+) -> None:
     for trial in range(6):
         objective, _ = _problem(10 + trial, classes=2 + trial % 3)
         noise = draw_noise(objective.design.dim, objective.columns, 0.1, trial)
         start = train_perturbed(objective, noise, tol=1e-11)
-        rows = list(np.random.default_rng(trial).choice(objective.design.rows, size=1 + trial % 3, replace=False))
+        rows = list(
+            np.random.default_rng(trial).choice(objective.design.rows, size=1 + trial % 3, replace=False)
+        )
         after, step = _remove(objective, rows, start.weights, variant=variant, solver=solver)
         true = float(_grad_with_noise(after, step.weights, noise).norm())
         total = start.residual_norm + step.charge
@@ -169,11 +188,14 @@ def test_data_dependent_bound_is_above_the_true_residual_in_every_trial_and_tigh
         # grad L_B(W + V; D') - grad L_B(W; D) = grad L(W + V; D') - grad L(W; D).
         W = start.weights
         increment = after.gradient(tight.weights, after.margins(tight.weights)) - objective.gradient(
-            W, objective.margins(W))
+            W, objective.margins(W)
+        )
         true = float(increment.norm())
         assert true <= tight.charge and true <= paper.charge
         # ... and so the residual after the step is below the accumulated bound.
-        assert float(_grad_with_noise(after, tight.weights, noise).norm()) <= start.residual_norm + tight.charge
+        assert (
+            float(_grad_with_noise(after, tight.weights, noise).norm()) <= start.residual_norm + tight.charge
+        )
         assert tight.charge <= paper.charge
         ratios.append(tight.charge / max(true, 1e-300))
     assert min(ratios) >= 1.0
@@ -209,8 +231,12 @@ def test_shape_errors_are_clear() -> None:
     with pytest.raises(DimensionMismatchError, match="noise"):
         train_perturbed(objective, torch.zeros(3, 1, dtype=torch.float64))
     with pytest.raises(DimensionMismatchError, match="Delta"):
-        newton_step(objective, torch.zeros(objective.design.dim, 3, dtype=torch.float64),
-                    torch.zeros(2, 3, dtype=torch.float64), op_norm=1.0)
+        newton_step(
+            objective,
+            torch.zeros(objective.design.dim, 3, dtype=torch.float64),
+            torch.zeros(2, 3, dtype=torch.float64),
+            op_norm=1.0,
+        )
     with pytest.raises(DimensionMismatchError):
         replace(objective, weight=torch.ones(3, dtype=torch.float64))
 
@@ -257,7 +283,9 @@ def test_dropping_rows_of_weight_zero_leaves_the_step_and_its_charge_unchanged()
     weight[[3, 17, 40, 41, 88]] = 0.0
     masked = objective.with_weight(weight)
     keep = torch.nonzero(weight > 0).squeeze(1)
-    compact = Objective(DenseDesign(objective.design.materialize()[keep]), targets[keep], weight[keep], objective.lam)
+    compact = Objective(
+        DenseDesign(objective.design.materialize()[keep]), targets[keep], weight[keep], objective.lam
+    )
     for solver in ("cg", "cholesky"):
         a = newton_step(masked, W, delta, op_norm=3.0, solver=solver, rtol=1e-12)
         b = newton_step(compact, W, delta, op_norm=3.0, solver=solver, rtol=1e-12)

@@ -31,7 +31,12 @@ def random_graph(seed: int, n: int = 150, f: int = 12, p_in: float = 0.05, p_out
     return NodeGraph(tuple(f"n{i}" for i in range(n)), feats, labels, 3, edges, split, name=f"sbm{seed}")
 
 
-SPECS = [PropagationSpec("sgc", 2), PropagationSpec("gpr", 2), PropagationSpec("sgc", 3), PropagationSpec("sgc", 0)]
+SPECS = [
+    PropagationSpec("sgc", 2),
+    PropagationSpec("gpr", 2),
+    PropagationSpec("sgc", 3),
+    PropagationSpec("sgc", 0),
+]
 
 
 def test_propagation_matrix_is_row_stochastic_with_self_loops() -> None:
@@ -79,10 +84,17 @@ def test_local_recomputation_equals_full_recomputation_exactly(spec: Propagation
     scaler = FeatureScaler.fit(g, kind)
     before = full_features(g, scaler, spec)
     for request in _deletions(g, rng):
-        after_graph = g.without(request.get("nodes", []), request.get("edges", []), request.get("node_features", []))
+        after_graph = g.without(
+            request.get("nodes", []), request.get("edges", []), request.get("node_features", [])
+        )
         after = full_features(after_graph, scaler, spec)
-        seeds = np.concatenate([g.index_of(request.get("nodes", [])), g.index_of(request.get("node_features", [])),
-                                g.index_of([x for e in request.get("edges", []) for x in e])])
+        seeds = np.concatenate(
+            [
+                g.index_of(request.get("nodes", [])),
+                g.index_of(request.get("node_features", [])),
+                g.index_of([x for e in request.get("edges", []) for x in e]),
+            ]
+        )
         region = k_hop(g.adjacency, seeds, spec.hops)
         local = local_features(after_graph, scaler, spec, region)
         assert np.array_equal(local, after[region])  # bit for bit
@@ -96,7 +108,9 @@ def test_an_edge_changes_only_rows_within_k_minus_1_hops_of_its_endpoints() -> N
     spec = PropagationSpec("sgc", 2)
     u, v = g.edges[10]
     after_graph = g.without(edges=[(g.node_ids[u], g.node_ids[v])])
-    changed = np.flatnonzero((full_features(g, scaler, spec) != full_features(after_graph, scaler, spec)).any(1))
+    changed = np.flatnonzero(
+        (full_features(g, scaler, spec) != full_features(after_graph, scaler, spec)).any(1)
+    )
     assert set(changed.tolist()) <= set(k_hop(after_graph.adjacency, np.array([u, v]), 1).tolist())
 
 
@@ -117,8 +131,14 @@ def test_a_deleted_node_has_a_zero_row_and_no_influence_on_others() -> None:
 
 
 def test_k_hop_on_a_path() -> None:
-    g = NodeGraph(tuple("abcdef"), sp.csr_matrix((6, 1)), np.zeros(6), 2,
-                  np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5]]), np.ones(6))
+    g = NodeGraph(
+        tuple("abcdef"),
+        sp.csr_matrix((6, 1)),
+        np.zeros(6),
+        2,
+        np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5]]),
+        np.ones(6),
+    )
     assert k_hop(g.adjacency, np.array([2]), 0).tolist() == [2]
     assert k_hop(g.adjacency, np.array([2]), 2).tolist() == [0, 1, 2, 3, 4]
     assert k_hop(g.adjacency, np.array([0, 5]), 1).tolist() == [0, 1, 4, 5]

@@ -45,8 +45,14 @@ def reference_gst(X: np.ndarray, P: np.ndarray, J: int, Q: int, L: int, nonlin: 
 def random_graph(seed: int, g: int = 12) -> Graph:
     rng = np.random.default_rng(seed)
     edges = np.argwhere(np.triu(rng.random((g, g)) < 0.3, 1))
-    return Graph(str(seed), tuple(str(i) for i in range(g)), edges, seed % 2, rng.integers(0, 3, g),
-                 node_features=rng.normal(size=(g, 2)))
+    return Graph(
+        str(seed),
+        tuple(str(i) for i in range(g)),
+        edges,
+        seed % 2,
+        rng.integers(0, 3, g),
+        node_features=rng.normal(size=(g, 2)),
+    )
 
 
 @pytest.mark.parametrize("nonlinear", [True, False])
@@ -57,7 +63,9 @@ def test_matches_the_authors_loop(J: int, L: int, Q: int, nonlinear: bool) -> No
         X = np.random.default_rng(seed).normal(size=(graph.num_nodes, 3))
         P = lazy_walk(graph.num_nodes, graph.edges)
         got = scattering_transform(X, P, ScatteringConfig(J, L, Q, nonlinear))
-        np.testing.assert_allclose(got, reference_gst(X, np.asarray(P), J, Q, L, nonlinear), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(
+            got, reference_gst(X, np.asarray(P), J, Q, L, nonlinear), rtol=1e-12, atol=1e-14
+        )
 
 
 def test_operator_is_the_codes_half_identity_plus_neighbour_mean() -> None:
@@ -87,8 +95,9 @@ def test_sparse_operator_for_large_graphs_agrees_with_dense() -> None:
     sparse = lazy_walk(g, edges)
     assert not isinstance(sparse, np.ndarray)
     cfg = ScatteringConfig(3, 3, 2)
-    np.testing.assert_allclose(scattering_transform(x, sparse, cfg), reference_gst(x, sparse.toarray(), 3, 2, 3),
-                               rtol=1e-11)
+    np.testing.assert_allclose(
+        scattering_transform(x, sparse, cfg), reference_gst(x, sparse.toarray(), 3, 2, 3), rtol=1e-11
+    )
 
 
 def test_zero_channels_are_skipped_exactly() -> None:
@@ -96,8 +105,12 @@ def test_zero_channels_are_skipped_exactly() -> None:
     signal = node_signal(graph, "degree", max_degree=20)
     cfg = ScatteringConfig(4, 3, 3)
     P = lazy_walk(graph.num_nodes, graph.edges)
-    np.testing.assert_allclose(scattering_transform(signal, P, cfg),
-                               reference_gst(signal, np.asarray(P), 4, 3, 3), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        scattering_transform(signal, P, cfg),
+        reference_gst(signal, np.asarray(P), 4, 3, 3),
+        rtol=1e-12,
+        atol=1e-15,
+    )
 
 
 def test_permutation_invariance() -> None:
@@ -106,8 +119,12 @@ def test_permutation_invariance() -> None:
     inv = np.argsort(perm)
     permuted = Graph("p", graph.node_ids, inv[graph.edges], graph.label, graph.node_tags[perm])
     cfg = ScatteringConfig()
-    np.testing.assert_allclose(embed_graph(graph, cfg, "tag", num_tags=3), embed_graph(permuted, cfg, "tag", num_tags=3),
-                               rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(
+        embed_graph(graph, cfg, "tag", num_tags=3),
+        embed_graph(permuted, cfg, "tag", num_tags=3),
+        rtol=1e-10,
+        atol=1e-13,
+    )
 
 
 def test_node_deletion_keeps_the_denominator_and_updates_neighbour_degrees() -> None:

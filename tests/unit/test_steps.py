@@ -79,7 +79,9 @@ def test_injection_is_the_derivative_in_the_sample_weight(clip_mode: str, clip_n
 
 def test_sgd_direction_matches_step_map_and_handles_empty_batch() -> None:
     model, w, x, y, cfg = _problem(0.5, "batch")
-    torch.testing.assert_close(sgd_direction(model, w, x, y, cfg, 9), SoftmaxStepMap(w, x, y, 4, cfg).direction)
+    torch.testing.assert_close(
+        sgd_direction(model, w, x, y, cfg, 9), SoftmaxStepMap(w, x, y, 4, cfg).direction
+    )
     assert torch.count_nonzero(sgd_direction(model, w, x[:0], y[:0], cfg, 9)) == 0
 
 
