@@ -36,6 +36,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._last_sweep = 0.0
         self._last_orphan_sweep = 0.0  # so the first pass after start-up sweeps (a crash may precede it)
+        self._orphan_sweeper: threading.Thread | None = None
 
     def kick(self) -> None:
         self._wake.set()
@@ -109,7 +110,18 @@ class Dispatcher:
         """Blobs no row holds leave the artifact store (:func:`service.jobs.reconcile.sweep_orphans`)."""
         from service.jobs.reconcile import sweep_orphans
 
-        sweep_orphans(self._rt)
+        try:
+            sweep_orphans(self._rt)
+        except Exception:
+            log.warning("orphan sweep failed; the next one retries", exc_info=True)
+
+    def _sweep_orphans_aside(self) -> None:
+        """On a thread of its own: it lists the whole artifact store, and the outbox must not wait."""
+        if self._orphan_sweeper is None or not self._orphan_sweeper.is_alive():
+            self._orphan_sweeper = threading.Thread(
+                target=self.sweep_orphans, name="lethe-orphan-sweep", daemon=True
+            )
+            self._orphan_sweeper.start()
 
     def _loop(self) -> None:
         interval = self._rt.settings.dispatcher_interval_seconds
@@ -126,6 +138,6 @@ class Dispatcher:
                     self.sweep()
                 if time.monotonic() - self._last_orphan_sweep >= self._rt.settings.orphan_sweep_seconds:
                     self._last_orphan_sweep = time.monotonic()
-                    self.sweep_orphans()
+                    self._sweep_orphans_aside()
             except Exception:
                 log.warning("dispatcher pass failed", exc_info=True)
