@@ -5,9 +5,10 @@ request, its subjects and events, chain its audit event, store the response. One
 serialises every submission of a model on its audit chain head and spends most of its time in round
 trips. Here the request handlers (coroutines on the server's event loop) hand their submissions to one
 intake thread per process, which commits everything that is waiting in ONE transaction (the bulk paths
-of :func:`submit_many` and the idempotency repository), then wakes each waiting handler. At low load a batch holds one submission and costs what
-a lone POST did; under load, batches grow and the cost per submission falls, so the queue drains instead
-of building up (the same idea as a database's group commit).
+of :func:`submit_many` and the idempotency repository), then wakes each waiting handler. At low load a
+batch holds one submission and costs what a lone POST did; under load, batches grow and the cost per
+submission falls, so the queue drains instead of building up (the same idea as a database's group
+commit).
 
 The semantics of each POST are unchanged:
 - the key, the request rows and the stored response commit together or not at all;
@@ -26,7 +27,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_WAIT_SLICE_SECONDS = 1.0  # how often a waiting request thread checks that the intake thread lives
+_WAIT_SLICE_SECONDS = 1.0  # how often a waiting handler checks that the intake thread lives
 
 
 def deletion_scope(model_id: int, *, bulk: bool = False) -> str:
@@ -61,10 +62,10 @@ class _Submission:
     digest: str
     bodies: list[DeletionIn]
     bulk: bool
-    done: threading.Event = field(default_factory=threading.Event)
     outcome: Outcome | None = None
     error: BaseException | None = None
-    on_done: Callable[[], object] | None = None  # also told when answered (an event loop's waiter)
+    answered: bool = False
+    on_done: Callable[[], object] | None = None  # told when answered (the waiting handler's event loop)
 
     @property
     def scope(self) -> str:
@@ -81,8 +82,7 @@ class _Submission:
         return 202, result.model_dump(mode="json")
 
     def resolve(self, outcome: Outcome | None = None, error: BaseException | None = None) -> None:
-        self.outcome, self.error = outcome, error
-        self.done.set()
+        self.outcome, self.error, self.answered = outcome, error, True
         if self.on_done is not None:
             try:
                 self.on_done()
@@ -186,7 +186,7 @@ class DeletionIntake:
             log.warning(
                 "a batch of %d deletion submissions failed; retrying each alone", len(batch), exc_info=True
             )
-            leftovers = [s for s in batch if not s.done.is_set()]
+            leftovers = [s for s in batch if not s.answered]
         for item in leftovers:
             self._run_alone(item)
 

@@ -164,9 +164,10 @@ class LocalArtifactStore:
     def _settle_leftovers(self, leftovers: list[Path], referenced: Callable[[list[str]], set[str]]) -> None:
         """Files a crashed sweep renamed aside: back in place when referenced, deleted otherwise."""
         digests = {p: p.name[len(_ASIDE) :].split(".")[0] for p in leftovers}
-        live = referenced(sorted(set(digests.values()))) if digests else set()
+        valid = sorted({d for d in digests.values() if _DIGEST.match(d)})
+        live = referenced(valid) if valid else set()
         for path, digest in digests.items():
-            if digest in live and _DIGEST.match(digest) and not self._path(digest).exists():
+            if digest in live and not self._path(digest).exists():
                 os.replace(path, self._path(digest))
             else:
                 path.unlink(missing_ok=True)
