@@ -41,6 +41,11 @@ OUTBOX_PENDING = Gauge("lethe_outbox_pending", "Outbox messages not yet publishe
 ORPHAN_BLOBS_REMOVED = Counter(
     "lethe_orphan_blobs_removed_total", "Blobs no row held, removed from the artifact store by the sweep"
 )
+BLOB_REWRITES = Counter(
+    "lethe_blob_rewrites_total",
+    "Jobs retried because a blob they relied on was collected as garbage before their commit",
+    ["job"],
+)
 
 
 def observe_completed(received_at: datetime, completed_at: datetime) -> None:

@@ -52,7 +52,7 @@ class Runtime:
         return InProcessQueue(self.run_job)
 
     def uow(self) -> UnitOfWork:
-        return UnitOfWork(self.sessions, publish=self.dispatcher.publish)
+        return UnitOfWork(self.sessions, publish=self.dispatcher.publish, blob_exists=self.artifacts.exists)
 
     def deletion_intake(self) -> DeletionIntake:
         """The group commit of deletion submissions (its thread runs in a started API process; unstarted,

@@ -21,6 +21,7 @@ from service.errors import BadRequest, NotFound, PayloadTooLarge, Unprocessable,
 from service.graphs import upload as graphs
 from service.runtime import Runtime
 from service.schemas import MAX_DB_INT, error_responses
+from service.storage.refs import rewrite_if_collected
 from unlearning.data import Dataset
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -160,19 +161,31 @@ def _shape(value: str | None) -> tuple[int, ...] | None:
 
 
 def _store(rt: Runtime, dataset: Dataset, *, source: str, fmt: str, name: str) -> DatasetOut:
-    with rt.uow() as uow:
-        row = service.store(
-            uow, rt.artifacts, dataset, source=source, fmt=fmt, name=name, max_buckets=rt.settings.max_buckets
-        )
-        uow.commit()
-    return _out(row)
+    def attempt() -> DatasetRow:
+        with rt.uow() as uow:
+            row = service.store(
+                uow,
+                rt.artifacts,
+                dataset,
+                source=source,
+                fmt=fmt,
+                name=name,
+                max_buckets=rt.settings.max_buckets,
+            )
+            uow.commit()
+            return row
+
+    return _out(rewrite_if_collected(attempt, job="upload_dataset"))
 
 
 def _store_graph(rt: Runtime, graph: graphs.AnyGraph, *, source: str, fmt: str, name: str) -> DatasetOut:
-    with rt.uow() as uow:
-        row = graphs.store(uow, rt.artifacts, graph, source=source, fmt=fmt, name=name)
-        uow.commit()
-    return _out(row)
+    def attempt() -> DatasetRow:
+        with rt.uow() as uow:
+            row = graphs.store(uow, rt.artifacts, graph, source=source, fmt=fmt, name=name)
+            uow.commit()
+            return row
+
+    return _out(rewrite_if_collected(attempt, job="upload_graph"))
 
 
 @router.post(

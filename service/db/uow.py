@@ -20,6 +20,7 @@ from service.idempotency.repository import IdempotencyRepository
 from service.ledger.repository import LedgerRepository
 from service.models.repository import ModelRepository
 from service.outbox.repository import Message, OutboxRepository
+from service.storage.artifacts import BlobVanished
 from service.storage.refs import ArtifactRefRepository
 
 
@@ -27,10 +28,14 @@ class UnitOfWork:
     session: Session
 
     def __init__(
-        self, sessions: sessionmaker[Session], publish: Callable[[list[Message]], None] | None = None
+        self,
+        sessions: sessionmaker[Session],
+        publish: Callable[[list[Message]], None] | None = None,
+        blob_exists: Callable[[str], bool] | None = None,
     ) -> None:
         self._sessions = sessions
         self._publish = publish
+        self._blob_exists = blob_exists
 
     def __enter__(self) -> Self:
         self.session = self._sessions()
@@ -64,7 +69,18 @@ class UnitOfWork:
 
     def commit(self) -> None:
         """Commit, then publish the outbox messages this transaction wrote (so a job starts within
-        milliseconds; the dispatcher's periodic pass covers a crash right here)."""
+        milliseconds; the dispatcher's periodic pass covers a crash right here).
+
+        A transaction that added artifact references first checks, under the lock that keeps garbage
+        collection out (service.storage.refs), that each of those blobs is still stored: a blob found
+        already stored when it was put may have been garbage that a completion has deleted since.
+        Then it raises :class:`BlobVanished` and commits nothing; the caller writes its blobs again.
+        """
+        if self.refs.held and self._blob_exists is not None:
+            self.refs.lock_for_commit()
+            missing = sorted(d for d in self.refs.held if not self._blob_exists(d))
+            if missing:
+                raise BlobVanished(missing)
         self.session.commit()
         messages, self.outbox.added = self.outbox.added, []
         if messages and self._publish is not None:

@@ -20,6 +20,7 @@ from service.db.tables import ModelVersion
 from service.storage.artifacts import ArtifactStore
 
 if TYPE_CHECKING:
+    from service.db.uow import UnitOfWork
     from service.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -48,11 +49,22 @@ def delete_blobs(artifacts: ArtifactStore, blobs: Collection[str]) -> None:
         list(pool.map(artifacts.delete, blobs))
 
 
+def collect_garbage(uow: UnitOfWork, artifacts: ArtifactStore, blobs: Collection[str]) -> None:
+    """Delete those of ``blobs`` that no row references. The lock it takes keeps any new reference from
+    committing until ``uow`` ends (service.storage.refs): a blob another writer relies on either shows
+    up referenced here, or that writer finds it gone at its commit and writes it again. End ``uow``
+    soon after, so that writers' commits do not wait."""
+    if not blobs:
+        return
+    uow.refs.lock_for_collection()
+    delete_blobs(artifacts, uow.refs.unreferenced(blobs))
+
+
 def finish(rt: Runtime, model_id: int, version_id: int) -> None:
     """Serve the model's current version, delete the version's garbage blobs, complete its requests.
 
-    One transaction: the blobs are unlinked before the requests are marked completed, and only blobs no
-    row references (a blob written again meanwhile keeps its file).
+    Two transactions: the first unlinks the blobs (:func:`collect_garbage`; its lock ends with it),
+    the second marks the requests completed.
     """
     with rt.uow() as uow:
         version = uow.models.version(version_id)
@@ -64,7 +76,9 @@ def finish(rt: Runtime, model_id: int, version_id: int) -> None:
             # A newer version already exists; it excludes these subjects too, and it is what gets served.
             current = uow.models.version(current_id) or version
         publish(rt, model_id, current)
-        delete_blobs(rt.artifacts, uow.refs.unreferenced(version.garbage))
+        collect_garbage(uow, rt.artifacts, version.garbage)
+        uow.commit()
+    with rt.uow() as uow:
         now = utcnow()
         # The plaintext ids are no longer needed anywhere: they go with the state change.
         requests = uow.deletions.complete_applied(model_id, version_id, now)

@@ -7,6 +7,8 @@ outbox dedupe keys keep repeated passes from queueing the same job twice.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -51,9 +53,11 @@ def sweep_orphans(rt: Runtime) -> list[str]:
     that is put again while it is being swept.
     """
 
-    def referenced(digests: list[str]) -> set[str]:
+    @contextmanager
+    def referenced(digests: list[str]) -> Iterator[set[str]]:
         with rt.uow() as uow:
-            return set(digests) - uow.refs.unreferenced(digests)
+            uow.refs.lock_for_collection()  # held while the store removes what is not referenced
+            yield set(digests) - uow.refs.unreferenced(digests)
 
     removed = rt.artifacts.sweep(rt.settings.orphan_grace_seconds, referenced)
     if removed:

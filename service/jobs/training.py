@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,11 @@ from service.jobs.plans import Batch, plan_requests
 from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
 from service.jobs.updates import fail_request, mark_applied, record_erasure
 from service.jobs.versions import Release, erase_from_source, record_version, release_after_fit
+from service.storage.refs import rewrite_if_collected
 from unlearning.errors import UnlearningError
+from unlearning.methods.protocol import ForgetRequest, MethodState
 from unlearning.methods.registry import get_method
+from unlearning.privacy.certificate import Certificate
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -62,8 +66,11 @@ class ProgressReporter:
             uow.commit()
 
 
-def _fit(rt: Runtime, model: Model, training: dict[str, Any], seed: int) -> tuple[Release, Any]:
-    """Fit on the arrays ``training`` names; returns the release (blobs written) and the certificate."""
+def _fit(
+    rt: Runtime, model: Model, training: dict[str, Any], seed: int
+) -> tuple[MethodState, Certificate, int]:
+    """Fit on the arrays ``training`` names; returns the state, its certificate and the sample count.
+    Writes nothing: :func:`release_after_fit` writes the blobs (again, if a commit finds one gone)."""
     dataset = rt.cache.dataset(training)
     method = get_method(model.method)
     policy = policy_of(model)
@@ -78,10 +85,31 @@ def _fit(rt: Runtime, model: Model, training: dict[str, Any], seed: int) -> tupl
     problems = method.verify_certificate(certificate)
     if problems:
         raise RuntimeError("the certificate of the trained model did not verify: " + "; ".join(problems))
-    release = release_after_fit(
-        rt.artifacts, state, certificate, training, sample_count(dataset), rt.settings.max_buckets
-    )
-    return release, certificate
+    return state, certificate, sample_count(dataset)
+
+
+def _write_and_record(
+    rt: Runtime,
+    model_id: int,
+    job: str,
+    write: Callable[[], Release],
+    record: Callable[[Release], int | None],
+    fail: Callable[[Runtime, int, BaseException], None],
+) -> int | None:
+    """``record(write())``: the version id, or None when the job ended otherwise (``fail`` was told
+    why, or ``record`` found the model changed). A failure to write is the job's failure; a failure to
+    record propagates (the reconciler runs the job again), except a commit that found one of its blobs
+    collected (service.storage.refs): then both run again."""
+
+    def attempt() -> int | None:
+        try:
+            release = write()
+        except Exception as exc:  # noqa: BLE001 - any failure becomes the model's error, never a crash loop
+            fail(rt, model_id, exc)
+            return None
+        return record(release)
+
+    return rewrite_if_collected(attempt, job=job, detail=f"of model {model_id}")
 
 
 def _stale(rt: Runtime, model: Model) -> bool:
@@ -104,17 +132,35 @@ def train_model(rt: Runtime, model_id: int) -> None:
         uow.audit.append(model_chain(model_id), "training.started", model_id=model_id)
         uow.commit()
     started = time.perf_counter()
+    training = model.training
     try:
-        if model.training is None:
+        if training is None:
             raise UnlearningError("the model's training data is empty")
-        release, certificate = _fit(rt, model, model.training, int(model.seed))
+        state, certificate, size = _fit(rt, model, training, int(model.seed))
     except Exception as exc:  # noqa: BLE001 - any failure becomes the model's error, never a crash loop
         _fail_training(rt, model_id, exc)
         return
+    max_buckets = rt.settings.max_buckets
+    version_id = _write_and_record(
+        rt,
+        model_id,
+        "train_model",
+        lambda: release_after_fit(rt.artifacts, state, certificate, training, size, max_buckets),
+        lambda release: _record_training(rt, model_id, release, certificate),
+        _fail_training,
+    )
+    if version_id is None:
+        return
+    metrics.TRAININGS.labels("initial", "ok").inc()
+    metrics.TRAINING_SECONDS.labels("initial").observe(time.perf_counter() - started)
+    finish(rt, model_id, version_id)
+
+
+def _record_training(rt: Runtime, model_id: int, release: Release, certificate: Certificate) -> int | None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status != "training":
-            return
+            return None
         version = record_version(
             uow, model, release, kind="initial", budget_epoch=1, num_forgotten=0, request_count=0
         )
@@ -136,9 +182,7 @@ def train_model(rt: Runtime, model_id: int) -> None:
         _load_statistics(rt, uow, model, version.seq, release)
         uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
         uow.commit()
-    metrics.TRAININGS.labels("initial", "ok").inc()
-    metrics.TRAINING_SECONDS.labels("initial").observe(time.perf_counter() - started)
-    finish(rt, model_id, version.id)
+        return version.id
 
 
 def _fail_training(rt: Runtime, model_id: int, exc: BaseException) -> None:
@@ -205,21 +249,66 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
     try:
         if training is None:
             raise UnlearningError("the model has no training data left to retrain on")
-        if is_graph(training):  # graph datasets (service.graphs): the graph without the waiting items
-            remaining = retrain_graph(rt.artifacts, rt.cache, training, forget_request)
-            forgotten = {**departed(rt.cache, training, remaining), **forgotten}
-        else:
-            remaining = rt.cache.drop_rows(training, forgotten)[0]
+        remaining = _remaining(rt, training, forget_request, forgotten)
+        forgotten = {**_departed(rt, training, remaining), **forgotten}
         if not remaining["buckets"]:
             raise UnlearningError("these deletions would leave no training data: nothing to retrain on")
-        release, certificate = _fit(rt, model, remaining, derive_seed(model.seed, "retrain", epoch))
+        state, certificate, size = _fit(rt, model, remaining, derive_seed(model.seed, "retrain", epoch))
     except Exception as exc:  # noqa: BLE001
         _fail_retrain(rt, model_id, exc)
         return
+    max_buckets = rt.settings.max_buckets
+
+    written = [remaining]
+
+    def write() -> Release:
+        # A retry writes the remaining arrays again too: whatever was collected must come back.
+        manifest = written.pop() if written else _remaining(rt, training, forget_request, forgotten)
+        return release_after_fit(rt.artifacts, state, certificate, manifest, size, max_buckets)
+
+    def record(release: Release) -> int | None:
+        return _record_retrain(
+            rt, model_id, release, certificate, training, batch, forgotten, forget_request, epoch, reason
+        )
+
+    version_id = _write_and_record(rt, model_id, "retrain_model", write, record, _fail_retrain)
+    if version_id is None:
+        return
+    metrics.TRAININGS.labels("retrain", "ok").inc()
+    metrics.TRAINING_SECONDS.labels("retrain").observe(time.perf_counter() - started)
+    finish(rt, model_id, version_id)
+
+
+def _remaining(
+    rt: Runtime, training: dict[str, Any], request: ForgetRequest, forgotten: Mapping[str, str]
+) -> dict[str, Any]:
+    """The manifest of the data a retrain fits on (written to the artifact store)."""
+    if is_graph(training):  # graph datasets (service.graphs): the graph without the waiting items
+        return retrain_graph(rt.artifacts, rt.cache, training, request)
+    return rt.cache.drop_rows(training, forgotten)[0]
+
+
+def _departed(rt: Runtime, training: dict[str, Any], remaining: dict[str, Any]) -> dict[str, str]:
+    """Graph subjects that leave with the requests' items beyond those they named (none for tables)."""
+    return departed(rt.cache, training, remaining) if is_graph(training) else {}
+
+
+def _record_retrain(
+    rt: Runtime,
+    model_id: int,
+    release: Release,
+    certificate: Certificate,
+    training: dict[str, Any],
+    batch: Batch,
+    forgotten: dict[str, str],
+    forget_request: ForgetRequest,
+    epoch: int,
+    reason: str,
+) -> int | None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status != "retraining" or model.training != training:
-            return
+            return None
         requests = uow.deletions.in_states(model_id, ["retraining"])
         batch = Batch([p for p in batch.plans if p.request.id in {r.id for r in requests}])
         for plan in batch.plans:
@@ -266,9 +355,7 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
         _load_statistics(rt, uow, model, version.seq, release)
         uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
         uow.commit()
-    metrics.TRAININGS.labels("retrain", "ok").inc()
-    metrics.TRAINING_SECONDS.labels("retrain").observe(time.perf_counter() - started)
-    finish(rt, model_id, version.id)
+        return version.id
 
 
 def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:

@@ -38,6 +38,7 @@ from service.jobs.state import (
     privacy_of,
 )
 from service.jobs.versions import erase_from_source, record_version, release_after_forget
+from service.storage.artifacts import BlobVanished
 from service.storage.statistics import HotStoreLost, RedisSampleStatistics
 from unlearning.data import Dataset
 from unlearning.errors import UnlearningError
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_ROUNDS = 1000  # drain loop bound: a model under constant load still yields the worker now and then
-_HOT_STORE_RETRIES = 3
+_RETRIES = 3  # attempts of an update that rolled back for a reason not its own
 _MAX_CONSECUTIVE_FAILURES = 3
 # Consecutive unexpected failures of a model's update, per worker process. A transient fault (a dropped
 # connection) gets retried by the reconciler; a persistent one must not keep requests queued for ever.
@@ -130,7 +131,7 @@ def _has_queued(rt: Runtime, model_id: int) -> bool:
 
 
 def _apply_with_retries(rt: Runtime, model_id: int) -> tuple[bool, int | None]:
-    for attempt in range(_HOT_STORE_RETRIES):
+    for attempt in range(_RETRIES):
         try:
             return apply_batch(rt, model_id)
         except HotStoreLost:
@@ -140,6 +141,11 @@ def _apply_with_retries(rt: Runtime, model_id: int) -> tuple[bool, int | None]:
             log.warning(
                 "hot store lost during update of model %s (attempt %d); rebuilding", model_id, attempt + 1
             )
+        except BlobVanished as exc:
+            # Another model's completion collected a blob with the same bytes as one this update put
+            # (service.storage.refs): the transaction rolled back; the next attempt writes it again.
+            metrics.BLOB_REWRITES.labels("apply_deletions").inc()
+            log.warning("update of model %s: %s (attempt %d); retrying", model_id, exc, attempt + 1)
     return apply_batch(rt, model_id)
 
 

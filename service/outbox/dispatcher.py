@@ -28,14 +28,20 @@ log = logging.getLogger(__name__)
 _BATCH = 200
 
 
+def _due(last: float | None, every_seconds: float) -> bool:
+    return last is None or time.monotonic() - last >= every_seconds
+
+
 class Dispatcher:
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_sweep = 0.0
-        self._last_orphan_sweep = 0.0  # so the first pass after start-up sweeps (a crash may precede it)
+        # None: never, so the first pass after start-up runs both (a crash may precede it). Not 0.0:
+        # the monotonic clock counts from boot, and a machine up for less than the interval would wait.
+        self._last_sweep: float | None = None
+        self._last_orphan_sweep: float | None = None
         self._orphan_sweeper: threading.Thread | None = None
 
     def kick(self) -> None:
@@ -133,10 +139,10 @@ class Dispatcher:
             try:
                 while self.dispatch_due() == _BATCH:
                     pass
-                if time.monotonic() - self._last_sweep >= self._rt.settings.reconcile_after_seconds:
+                if _due(self._last_sweep, self._rt.settings.reconcile_after_seconds):
                     self._last_sweep = time.monotonic()
                     self.sweep()
-                if time.monotonic() - self._last_orphan_sweep >= self._rt.settings.orphan_sweep_seconds:
+                if _due(self._last_orphan_sweep, self._rt.settings.orphan_sweep_seconds):
                     self._last_orphan_sweep = time.monotonic()
                     self._sweep_orphans_aside()
             except Exception:

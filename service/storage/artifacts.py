@@ -14,6 +14,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +28,20 @@ class BlobNotFound(KeyError):
     """The artifact store has no blob with this digest."""
 
 
+class BlobVanished(RuntimeError):
+    """Blobs a transaction was about to reference were deleted (as another holder's garbage) after they
+    were put and before the commit. Nothing was committed; writing the blobs again and retrying is safe."""
+
+    def __init__(self, digests: list[str]) -> None:
+        super().__init__(f"{len(digests)} blob(s) were collected before their reference committed")
+        self.digests = digests
+
+
+# ``referenced(digests)`` opens a scope in which the returned set (the digests some row holds) stays
+# true: no reference to the others can commit until the scope ends (service.storage.refs).
+Referenced = Callable[[list[str]], AbstractContextManager[set[str]]]
+
+
 class ArtifactStore(Protocol):
     def put(self, data: bytes) -> str: ...
 
@@ -38,7 +53,7 @@ class ArtifactStore(Protocol):
 
     def digests(self) -> Iterator[str]: ...
 
-    def sweep(self, older_than_seconds: float, referenced: Callable[[list[str]], set[str]]) -> list[str]: ...
+    def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]: ...
 
 
 def digest_of(data: bytes) -> str:
@@ -112,15 +127,16 @@ class LocalArtifactStore:
     def delete(self, digest: str) -> None:
         self._path(digest).unlink(missing_ok=True)
 
-    def sweep(self, older_than_seconds: float, referenced: Callable[[list[str]], set[str]]) -> list[str]:
+    def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]:
         """Delete the blobs ``referenced`` does not name that nobody wrote or re-put for
         ``older_than_seconds``; returns their digests. Also clears temporary files of writes that died.
 
-        Safe against a concurrent :meth:`put` of the same content (whose writer will commit a row naming
-        it): a candidate is first renamed aside, and put back if its modification time moved between the
-        listing and the rename (the writer's put touched it then); a put after the rename finds no file
-        and writes a fresh copy. A crash mid-sweep leaves renamed files, which the next sweep restores
-        when referenced and deletes otherwise.
+        Each batch is checked and removed inside one ``referenced`` scope, so no reference to a blob
+        being removed can commit meanwhile. A writer that put the blob earlier and commits later finds
+        it gone and writes it again (service.db.uow); the modification time spares it that: a
+        candidate is first renamed aside, and put back if its modification time moved between the
+        listing and the rename (a put touched it then). A crash mid-sweep leaves renamed files, which
+        the next sweep restores when referenced and deletes otherwise.
         """
         cutoff = time.time() - older_than_seconds
         candidates: dict[str, int] = {}
@@ -142,10 +158,10 @@ class LocalArtifactStore:
         names = sorted(candidates)
         for start in range(0, len(names), _SWEEP_BATCH):
             batch = names[start : start + _SWEEP_BATCH]
-            live = referenced(batch)
-            for digest in batch:
-                if digest not in live and self._remove_if_untouched(digest, candidates[digest]):
-                    removed.append(digest)
+            with referenced(batch) as live:
+                for digest in batch:
+                    if digest not in live and self._remove_if_untouched(digest, candidates[digest]):
+                        removed.append(digest)
         return removed
 
     def _remove_if_untouched(self, digest: str, listed_mtime_ns: int) -> bool:
@@ -161,16 +177,18 @@ class LocalArtifactStore:
         aside.unlink()
         return True
 
-    def _settle_leftovers(self, leftovers: list[Path], referenced: Callable[[list[str]], set[str]]) -> None:
+    def _settle_leftovers(self, leftovers: list[Path], referenced: Referenced) -> None:
         """Files a crashed sweep renamed aside: back in place when referenced, deleted otherwise."""
+        if not leftovers:
+            return
         digests = {p: p.name[len(_ASIDE) :].split(".")[0] for p in leftovers}
         valid = sorted({d for d in digests.values() if _DIGEST.match(d)})
-        live = referenced(valid) if valid else set()
-        for path, digest in digests.items():
-            if digest in live and not self._path(digest).exists():
-                os.replace(path, self._path(digest))
-            else:
-                path.unlink(missing_ok=True)
+        with referenced(valid) as live:
+            for path, digest in digests.items():
+                if digest in live and not self._path(digest).exists():
+                    os.replace(path, self._path(digest))
+                else:
+                    path.unlink(missing_ok=True)
 
     def _sync_dir(self, folder: Path) -> None:
         """Make the directory's entries (a rename, an unlink) durable."""

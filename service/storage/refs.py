@@ -1,30 +1,65 @@
 """SQL for artifact references: which row holds which blob.
 
-Holders are strings such as ``dataset:3``, ``model:5:training``, ``model:5:stats``,
-``version:9:released``. A blob no holder names is garbage and is deleted from the artifact store after
-the transaction that dropped its last reference commits.
+Holders are strings such as ``dataset:3`` and ``model:5``. A blob no holder names is garbage and is
+deleted from the artifact store after the transaction that dropped its last reference commits.
+
+Blobs are content-addressed, so a writer may find the blob it needs already stored (a garbage blob
+with the same bytes) and rely on it before its own reference commits. Deleting garbage and committing
+new references are therefore mutually exclusive (:meth:`ArtifactRefRepository.lock_for_collection`,
+:meth:`ArtifactRefRepository.lock_for_commit`): a collector sees every reference committed before it
+looks, and a writer checks, under its lock, that every blob it references still exists
+(:meth:`service.db.uow.UnitOfWork.commit`); if one was collected first the writer rolls back and
+writes it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session
 
+from service import metrics
 from service.db.base import table
 from service.db.tables import ArtifactRef
 from service.db.upsert import insert_ignore
+from service.storage.artifacts import BlobVanished
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_ATTEMPTS = 3
+
+# One Postgres advisory lock (an arbitrary 63-bit key, "lethe-gc" in ASCII) orders collectors and
+# writers across processes. SQLite needs none: every transaction there begins with BEGIN IMMEDIATE
+# (service.db.engine), which already serialises a collector's transaction with a writer's.
+_COLLECTION_LOCK = 0x6C657468652D6763
 
 
 class ArtifactRefRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
+        self.held: set[str] = set()  # blobs this transaction added references to
 
     def hold(self, holder: str, blobs: Iterable[str]) -> None:
         rows = [{"blob": b, "holder": holder} for b in set(blobs)]
         if rows:
             insert_ignore(self.session, ArtifactRef, rows)
+            self.held.update(r["blob"] for r in rows)
+
+    def lock_for_commit(self) -> None:
+        """Shared with other writers, exclusive of collectors, until this transaction ends."""
+        self._lock("pg_advisory_xact_lock_shared")
+
+    def lock_for_collection(self) -> None:
+        """Exclusive of writers' commits until this transaction ends; later statements of the
+        transaction (READ COMMITTED) see every reference committed before the lock was granted."""
+        self._lock("pg_advisory_xact_lock")
+
+    def _lock(self, function: str) -> None:
+        if self.session.get_bind().dialect.name == "postgresql":
+            self.session.execute(text(f"SELECT {function}(:key)"), {"key": _COLLECTION_LOCK})
 
     def release(self, holder: str, blobs: Iterable[str] | None = None) -> set[str]:
         """Drop ``holder``'s references (all of them, or only to ``blobs``); returns the blobs released."""
@@ -37,8 +72,24 @@ class ArtifactRefRepository:
         return set(self.session.scalars(stmt.returning(ArtifactRef.blob)))
 
     def unreferenced(self, blobs: Iterable[str]) -> set[str]:
+        """The blobs no committed (or this transaction's) reference holds. Deleting them is safe only
+        under :meth:`lock_for_collection`, taken before this call in the same transaction."""
         blobs = set(blobs)
         if not blobs:
             return set()
         held = set(self.session.scalars(select(ArtifactRef.blob).where(ArtifactRef.blob.in_(list(blobs)))))
         return blobs - held
+
+
+def rewrite_if_collected(attempt: Callable[[], T], *, job: str, detail: str = "") -> T:
+    """``attempt()``, run again when its commit raised :class:`BlobVanished` (nothing was committed).
+    ``attempt`` must put its blobs itself, so that the next run writes back what was collected; the
+    last run's BlobVanished propagates (three collisions in a row mean something else is wrong).
+    ``job`` labels the metric (a bounded set of names); ``detail`` goes to the log only."""
+    for n in range(1, _ATTEMPTS):
+        try:
+            return attempt()
+        except BlobVanished as exc:
+            metrics.BLOB_REWRITES.labels(job).inc()
+            log.warning("%s %s: %s (attempt %d of %d); writing them again", job, detail, exc, n, _ATTEMPTS)
+    return attempt()

@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from service.storage import artifacts as artifacts_module
-from service.storage.artifacts import BlobNotFound, LocalArtifactStore, digest_of
+from service.storage.artifacts import BlobNotFound, LocalArtifactStore, Referenced, digest_of
 
 HOUR = 3600.0
+
+
+def scoped(referenced: Callable[[list[str]], set[str]]) -> Referenced:
+    """A plain lookup as the scope the sweep takes (the service's holds a lock for its duration)."""
+
+    @contextmanager
+    def scope(digests: list[str]) -> Iterator[set[str]]:
+        yield referenced(digests)
+
+    return scope
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="fsync of directories is POSIX")
 
@@ -100,9 +112,26 @@ def test_sweep_removes_old_unreferenced_blobs_only(tmp_path: Path) -> None:
         asked.append(digests)
         return {old_held} & set(digests)
 
-    assert store.sweep(HOUR, referenced) == [old_orphan]
+    assert store.sweep(HOUR, scoped(referenced)) == [old_orphan]
     assert asked == [sorted([old_orphan, old_held])]  # a young blob is not even looked up
     assert sorted(store.digests()) == sorted([old_held, young_orphan])
+
+
+def test_sweep_removes_while_the_lookup_scope_is_open(tmp_path: Path) -> None:
+    """No reference may commit between the lookup and the removal: the removal happens inside it."""
+    store = LocalArtifactStore(tmp_path, durable=False)
+    orphan = store.put(b"orphan")
+    age(store, orphan, 2 * HOUR)
+    seen: list[tuple[str, bool]] = []
+
+    @contextmanager
+    def referenced(digests: list[str]) -> Iterator[set[str]]:
+        seen.append(("open", store.exists(orphan)))
+        yield set()
+        seen.append(("closing", store.exists(orphan)))
+
+    assert store.sweep(HOUR, referenced) == [orphan]
+    assert seen == [("open", True), ("closing", False)]
 
 
 def test_a_blob_put_again_while_being_swept_stays(tmp_path: Path) -> None:
@@ -115,7 +144,7 @@ def test_a_blob_put_again_while_being_swept_stays(tmp_path: Path) -> None:
         assert store.put(b"weights a retry writes again") == digest  # not committed yet: unreferenced
         return set()
 
-    assert store.sweep(HOUR, referenced) == []
+    assert store.sweep(HOUR, scoped(referenced)) == []
     assert store.get(digest) == b"weights a retry writes again"
     assert [p.name for p in (tmp_path / digest[:2]).iterdir()] == [digest]  # nothing left aside
 
@@ -132,7 +161,7 @@ def test_sweep_clears_dead_writes_and_settles_what_a_crashed_sweep_left_aside(tm
     os.utime(dead_write, (then, then))
 
     # Everything here is older than no time at all; only `held` is referenced.
-    assert store.sweep(0.0, lambda digests: {held} & set(digests)) == []
+    assert store.sweep(0.0, scoped(lambda digests: {held} & set(digests))) == []
     assert store.get(held) == b"held"  # back in place
     assert not store.exists(dropped)
     assert sorted(p.name for p in tmp_path.glob("*/.*")) == []  # no aside or temporary file left
