@@ -83,6 +83,7 @@ def owner_ids(n: int, seed: int) -> list[str]:
 class Bench:
     def __init__(self, base_url: str) -> None:
         self.http = httpx.Client(base_url=base_url, timeout=60, limits=httpx.Limits(max_connections=64))
+        self.history: dict[int, dict[str, float]] = {}  # request id -> state -> server time
 
     def register(
         self, dataset_id: int, hyperparameters: dict[str, Any], policy: dict[str, Any], name: str
@@ -131,11 +132,15 @@ class Bench:
 
     def completed_at(self, request_id: int, timeout: float, poll: float = 0.02) -> float:
         """The server's ``completed_at`` of the request (polled every ``poll`` seconds: the figure is the
-        server's own timestamp, so the poll interval only decides how much load the client adds)."""
+        server's own timestamp, so the poll interval only decides how much load the client adds).
+        The request's state history is kept in ``self.history``."""
         deadline = time.monotonic() + timeout
         while True:
             d = self.http.get(f"/v1/deletions/{request_id}").json()
             if d["state"] == "completed":
+                self.history[request_id] = {
+                    e["state"]: datetime.fromisoformat(e["at"]).timestamp() for e in d["history"]
+                }
                 return datetime.fromisoformat(d["completed_at"]).timestamp()
             if d["state"] in ("failed", "canceled") or time.monotonic() > deadline:
                 raise RuntimeError(
@@ -173,6 +178,22 @@ def offered_load(
             await client.aclose()
 
     return asyncio.run(run())
+
+
+def stage_medians(bench: Bench, sent: list[tuple[float, float, int]]) -> dict[str, float]:
+    """Where the time goes: the median ms from sending each request to each state of its history
+    (server timestamps: ``queued`` is the intake's commit, ``applying`` the update's claim,
+    ``applied`` its version's commit, ``completed`` the completion's)."""
+    out: dict[str, float] = {}
+    for state in ("queued", "applying", "applied", "completed"):
+        spans = [
+            (bench.history[rid][state] - t) * 1000.0
+            for t, _, rid in sent
+            if state in bench.history.get(rid, {})
+        ]
+        if spans:
+            out[state] = round(statistics.median(spans), 2)
+    return out
 
 
 def latencies(bench: Bench, sent: list[tuple[float, float, int]]) -> tuple[list[float], list[float]]:
@@ -290,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_newest(bench, [rid for _, _, rid in sent])
         cpu_load = cpu_per_request(cpu, stack.cpu_seconds(processes), n_requests)
         completed, answers = latencies(bench, sent)
+        stages = stage_medians(bench, sent)
         log(f"offered load done at {time.monotonic() - started:.1f}s")
         cpu = stack.cpu_seconds(processes)
         burst_start, burst_ids = burst(bench, r1, owners[n_requests : n_requests + n_burst])
@@ -307,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         "rate_rps": args.rate,
         "post_p50_ms": round(percentile(answers, 0.50), 2),
         "post_p99_ms": round(percentile(answers, 0.99), 2),
+        "stage_p50_ms": stages,
         "completed_per_s": round(rate, 1),
         "retrain_per_request_p50_ms": round(statistics.median(retrains), 1),
         "cpu_ms_per_request": {"offered_load": cpu_load, "burst": cpu_burst},

@@ -54,6 +54,10 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     assert figures["warmup"] == 5 and figures["first_request_ms"] > 0
     assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"]
     assert figures["completed_per_s"] > 0 and figures["retrain_per_request_p50_ms"] > 0
+    # Where the time went, from the requests' own histories: each stage after the one before.
+    stages = figures["stage_p50_ms"]
+    assert list(stages) == ["queued", "applying", "applied", "completed"]
+    assert 0 < stages["queued"] <= stages["applying"] <= stages["applied"] <= stages["completed"]
     # Where the CPU went (Linux /proc): the API and the worker did the work, nobody ran backwards.
     for phase in ("offered_load", "burst"):
         cpu = figures["cpu_ms_per_request"][phase]
