@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -405,7 +406,7 @@ def record_erasure(
         for sid in forgotten
     ]
     owners = {o for o in forgotten.values() if o}
-    left = uow.models.samples_of_owners(model.id, sorted(owners))
+    left = uow.models.samples_of_owners(model.id, sorted(owners - emptied_owners(batch, forgotten)))
     owner_request = {o: p.request.id for p in batch.plans for o in p.owners}
     for owner in owners - set(left):
         rows.append(
@@ -419,6 +420,14 @@ def record_erasure(
             }
         )
     uow.models.add_erased(rows)
+
+
+def emptied_owners(batch: Batch, forgotten: Mapping[str, str]) -> set[str]:
+    """Owners a request named whole and whose samples were all forgotten: nothing of theirs is left,
+    known without a query (the plan holds every sample they had, read under the model lock)."""
+    named = set(batch.owners)
+    kept = {owner for sid, owner in batch.samples.items() if owner in named and sid not in forgotten}
+    return named - kept
 
 
 def mark_applied(

@@ -108,3 +108,32 @@ def test_the_subjects_data_is_gone_from_every_store(client: Client, runtime: Run
     received = next(e for e in found if e["type"] == "deletion.received")
     assert runtime.hasher.owner(owner) in received["payload"]["subject_hashes"]
     assert client.http.get("/v1/audit/events", params={"owner_id": f"{tag}-u6"}).json()["events"] == []
+
+
+def test_an_owner_is_tombstoned_once_nothing_of_theirs_is_left(client: Client, runtime: Runtime) -> None:
+    """Named whole, or every sample named one by one: tombstoned as an owner. One sample of three: not."""
+    tag = f"tomb{uuid.uuid4().hex[:8]}"
+    body, _ = _csv(tag, n=30)
+    r = client.http.post("/v1/datasets", files={"file": (f"{tag}.csv", body, "text/csv")})
+    assert r.status_code == 201, r.text
+    model_id = client.model(r.json()["id"], epochs=1)
+    client.ready(model_id)
+    whole, by_samples, partly = f"{tag}-u0", f"{tag}-u1", f"{tag}-u2"
+    r = client.http.post(
+        f"/v1/models/{model_id}/deletions/bulk",
+        json={
+            "items": [
+                {"owner_ids": [whole]},
+                {"sample_ids": [f"{tag}-s3", f"{tag}-s4", f"{tag}-s5"]},  # all of u1's
+                {"sample_ids": [f"{tag}-s6"]},  # one of u2's three
+            ]
+        },
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert r.status_code == 202, r.text
+    for item in r.json()["results"]:
+        client.done(item["id"])
+    with runtime.uow() as uow:
+        hashes = {runtime.hasher.owner(o): o for o in (whole, by_samples, partly)}
+        tombstoned = set(uow.models.erased_among(model_id, list(hashes)))
+    assert {hashes[h] for h in tombstoned} == {whole, by_samples}
