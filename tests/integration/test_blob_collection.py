@@ -80,12 +80,12 @@ def test_a_commit_relying_on_a_collected_blob_rolls_back_and_a_retry_writes_it_a
             uow.refs.hold(writer, [digest])
             uow.commit()
 
-    with pytest.raises(BlobVanished) as raised:
-        with rt.uow() as uow:  # the same race, without the retry: nothing is committed
-            assert rt.artifacts.put(data) == digest
-            collect(rt, [digest])
-            uow.refs.hold(writer, [digest])
-            uow.commit()
+    # The same race without the retry: the commit raises, and nothing is committed.
+    with pytest.raises(BlobVanished) as raised, rt.uow() as uow:
+        assert rt.artifacts.put(data) == digest
+        collect(rt, [digest])
+        uow.refs.hold(writer, [digest])
+        uow.commit()
     assert raised.value.digests == [digest]
     assert held_by(rt, writer) == set()
 
