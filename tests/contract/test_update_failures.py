@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
+from sqlalchemy import select
 
 from service.app import create_app
+from service.db.tables import ArtifactRef
 from service.jobs import updates
 from service.runtime import Runtime
 from tests.contract.conftest import embedded_runtime_in, train_small_model
@@ -67,3 +70,35 @@ def test_persistent_update_fault_fails_requests_with_the_reason(
             embedded.get("/v1/models/1").json()["status"],
         )
         time.sleep(0.05)
+
+
+def test_an_update_whose_blob_is_collected_before_its_commit_writes_it_again(
+    fresh: tuple[TestClient, Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit's check finds one of its blobs gone (as if another holder's completion had collected
+    it after the put): the update rolls back, writes its blobs again, and the request completes with
+    every blob of the new version stored."""
+    embedded, embedded_runtime = fresh
+    store = embedded_runtime.artifacts
+    real_exists = store.exists
+    collected: list[str] = []
+
+    def collected_once(digest: str) -> bool:
+        if not collected:
+            collected.append(digest)
+            store.delete(digest)
+        return real_exists(digest)
+
+    monkeypatch.setattr(store, "exists", collected_once)
+    rewrites = REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "apply_deletions"}) or 0.0
+    request_id = _submit(embedded, "owner-00005")
+    deadline = time.monotonic() + 30
+    while _state(embedded, request_id)["state"] != "completed":
+        assert time.monotonic() < deadline, _state(embedded, request_id)
+        time.sleep(0.05)
+    assert collected and real_exists(collected[0]), "the collected blob was written again"
+    assert REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "apply_deletions"}) == rewrites + 1
+    with embedded_runtime.uow() as uow:
+        refs = {r.blob for r in uow.session.scalars(select(ArtifactRef))}
+    assert all(real_exists(blob) for blob in refs), "a committed reference names a missing blob"
+    assert embedded.get("/v1/models/1/weights").status_code == 200
