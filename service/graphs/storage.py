@@ -27,7 +27,7 @@ from safetensors.numpy import load as np_load
 from safetensors.numpy import save as np_save
 
 from service.storage.artifacts import ArtifactStore
-from service.storage.tensors import read_metadata
+from service.storage.tensors import canonical, read_metadata
 from unlearning.data import Dataset
 from unlearning.data.graphs import GraphCollection, NodeGraph
 
@@ -95,7 +95,7 @@ def encode_graph(graph: AnyGraph) -> bytes:
     arrays = _anonymised(graph)
     tensors = {k: np.ascontiguousarray(v).reshape(v.shape) for k, v in arrays.items() if v.dtype.kind != "U"}
     strings = {k: v.tolist() for k, v in arrays.items() if v.dtype.kind == "U"}
-    return np_save(tensors, metadata={"kind": kind_of_data(graph), "strings": json.dumps(strings)})
+    return canonical(np_save(tensors, metadata={"kind": kind_of_data(graph), "strings": json.dumps(strings)}))
 
 
 def decode_graph(blob: bytes) -> AnyGraph:

@@ -28,7 +28,7 @@ from safetensors.numpy import load as np_load
 from safetensors.numpy import save as np_save
 
 from service.storage.artifacts import ArtifactStore
-from service.storage.tensors import read_metadata
+from service.storage.tensors import canonical, read_metadata
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,11 @@ def bucket_of(owner_id: str, num_buckets: int) -> str:
 
 
 def encode_bucket(bucket: Bucket) -> bytes:
-    return np_save(
-        {k: np.ascontiguousarray(v) for k, v in bucket.arrays.items()},
-        metadata={"sample_ids": json.dumps(bucket.sample_ids), "owner_ids": json.dumps(bucket.owner_ids)},
+    return canonical(
+        np_save(
+            {k: np.ascontiguousarray(v) for k, v in bucket.arrays.items()},
+            metadata={"sample_ids": json.dumps(bucket.sample_ids), "owner_ids": json.dumps(bucket.owner_ids)},
+        )
     )
 
 

@@ -10,6 +10,27 @@ import torch
 from safetensors.torch import load as torch_load
 from safetensors.torch import save as torch_save
 
+_ALIGN = 8  # safetensors pads its header with spaces so that the data starts 8-byte aligned
+
+
+def canonical(blob: bytes) -> bytes:
+    """The same safetensors file with its ``__metadata__`` keys in sorted order.
+
+    The safetensors writer keeps the metadata in a hash map whose iteration order changes from one
+    call to the next, so two encodings of the same arrays with more than one metadata entry could
+    differ in their header, and so in their digest: the artifact store would keep identical content
+    twice, and a version's blobs could not be reproduced byte for byte. The header is re-serialised
+    (sorted metadata, compact JSON, padded with spaces to the alignment); the data is left as it is,
+    and its offsets are relative to the end of the header, so they stay valid.
+    """
+    (size,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + size])
+    if "__metadata__" in header:
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % _ALIGN)
+    return struct.pack("<Q", len(text)) + text + blob[8 + size :]
+
 
 def read_metadata(blob: bytes) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors blob (the format: u64 header length, JSON header)."""
@@ -20,7 +41,9 @@ def read_metadata(blob: bytes) -> dict[str, str]:
 
 def encode_weights(weights: torch.Tensor, spec: dict[str, Any]) -> bytes:
     """One flat tensor ``weights``; the model spec in the metadata, so the file is self-describing."""
-    return torch_save({"weights": weights.detach().contiguous().cpu()}, metadata={"spec": json.dumps(spec)})
+    return canonical(
+        torch_save({"weights": weights.detach().contiguous().cpu()}, metadata={"spec": json.dumps(spec)})
+    )
 
 
 def decode_weights(blob: bytes) -> torch.Tensor:
@@ -29,7 +52,7 @@ def decode_weights(blob: bytes) -> torch.Tensor:
 
 def encode_artifact(name: str, tensor: torch.Tensor) -> bytes:
     """A method's own tensor (``MethodState.artifacts``), under its name."""
-    return torch_save({name: tensor.detach().contiguous().cpu()})
+    return canonical(torch_save({name: tensor.detach().contiguous().cpu()}))
 
 
 def decode_artifact(blob: bytes) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,33 @@ def fresh(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
     with TestClient(create_app(runtime=runtime)) as client:
         train_small_model(client)
         yield client, runtime
+
+
+def collect_one_new_blob(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[str], Callable[[str], bool]]:
+    """Make the next commit that checks a blob no row held before this call find it gone, as if another
+    holder's completion had collected it after the writer's put. Returns the digest (once it happened)
+    and the store's real ``exists``."""
+    store = runtime.artifacts
+    real_exists = store.exists
+    with runtime.uow() as uow:
+        held_before = set(uow.session.scalars(select(ArtifactRef.blob)))
+    collected: list[str] = []
+
+    def collected_once(digest: str) -> bool:
+        if not collected and digest not in held_before:
+            collected.append(digest)
+            store.delete(digest)
+        return real_exists(digest)
+
+    monkeypatch.setattr(store, "exists", collected_once)
+    return collected, real_exists
+
+
+def every_reference_is_stored(runtime: Runtime, exists: Callable[[str], bool]) -> bool:
+    with runtime.uow() as uow:
+        return all(exists(blob) for blob in uow.session.scalars(select(ArtifactRef.blob)))
 
 
 def _submit(client: TestClient, owner: str) -> int:
@@ -79,17 +106,7 @@ def test_an_update_whose_blob_is_collected_before_its_commit_writes_it_again(
     it after the put): the update rolls back, writes its blobs again, and the request completes with
     every blob of the new version stored."""
     embedded, embedded_runtime = fresh
-    store = embedded_runtime.artifacts
-    real_exists = store.exists
-    collected: list[str] = []
-
-    def collected_once(digest: str) -> bool:
-        if not collected:
-            collected.append(digest)
-            store.delete(digest)
-        return real_exists(digest)
-
-    monkeypatch.setattr(store, "exists", collected_once)
+    collected, real_exists = collect_one_new_blob(embedded_runtime, monkeypatch)
     rewrites = REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "apply_deletions"}) or 0.0
     request_id = _submit(embedded, "owner-00005")
     deadline = time.monotonic() + 30
@@ -98,7 +115,28 @@ def test_an_update_whose_blob_is_collected_before_its_commit_writes_it_again(
         time.sleep(0.05)
     assert collected and real_exists(collected[0]), "the collected blob was written again"
     assert REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "apply_deletions"}) == rewrites + 1
-    with embedded_runtime.uow() as uow:
-        refs = {r.blob for r in uow.session.scalars(select(ArtifactRef))}
-    assert all(real_exists(blob) for blob in refs), "a committed reference names a missing blob"
+    assert every_reference_is_stored(embedded_runtime, real_exists)
     assert embedded.get("/v1/models/1/weights").status_code == 200
+
+
+def test_a_training_whose_blob_is_collected_before_its_commit_writes_it_again(
+    fresh: tuple[TestClient, Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a training: its release is written again (the fit is not redone) and the model is
+    ready with every blob it names stored. (Another seed: trained alike, the model would share every
+    blob with model 1, and none would be new.)"""
+    embedded, embedded_runtime = fresh
+    rewrites = REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) or 0.0
+    collected, real_exists = collect_one_new_blob(embedded_runtime, monkeypatch)
+    r = embedded.post(
+        "/v1/models", json={"name": "again", "dataset_id": 1, "seed": 7, "hyperparameters": {"epochs": 1}}
+    )
+    assert r.status_code == 202, r.text
+    model_id = r.json()["id"]
+    deadline = time.monotonic() + 60
+    while (state := embedded.get(f"/v1/models/{model_id}").json()["status"])["state"] != "ready":
+        assert state["state"] in ("queued", "training") and time.monotonic() < deadline, state
+        time.sleep(0.05)
+    assert collected and real_exists(collected[0])
+    assert REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) == rewrites + 1
+    assert every_reference_is_stored(embedded_runtime, real_exists)
