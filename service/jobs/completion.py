@@ -60,14 +60,17 @@ def collect_garbage(uow: UnitOfWork, artifacts: ArtifactStore, blobs: Collection
     delete_blobs(artifacts, uow.refs.unreferenced(blobs))
 
 
-def finish(rt: Runtime, model_id: int, version_id: int) -> None:
+def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion | None = None) -> None:
     """Serve the model's current version, delete the version's garbage blobs, complete its requests.
 
+    ``committed``: the version's row as its own transaction committed it, when the caller has it,
+    instead of reading it again (its sequence number and garbage never change; its weights are
+    published only while it is still the current version, which is read here either way).
     Two transactions: the first unlinks the blobs (:func:`collect_garbage`; its lock ends with it),
     the second marks the requests completed.
     """
     with rt.uow() as uow:
-        version = uow.models.version(version_id)
+        version = committed if committed is not None else uow.models.version(version_id)
         current_id = uow.models.current_version_id(model_id)
         if version is None or current_id is None:
             return

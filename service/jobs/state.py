@@ -74,6 +74,10 @@ class BlobCache:
         load = lambda: decode_bucket(self._artifacts.get(digest))
         return self._get("bucket", digest, load, lambda b: sum(a.nbytes for a in b.arrays.values()))
 
+    def remember_weights(self, digest: str, weights: torch.Tensor) -> None:
+        """Weights just written under ``digest``: the completion publishes them without a read."""
+        self._get("weights", digest, lambda: weights.detach().contiguous().cpu().clone(), lambda t: t.nbytes)
+
     def remember_bucket(self, digest: str, bucket: Bucket) -> None:
         self._get("bucket", digest, lambda: bucket, lambda b: sum(a.nbytes for a in b.arrays.values()))
 

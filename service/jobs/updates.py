@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from service import metrics
 from service.audit.service import model_chain
 from service.db.base import utcnow
-from service.db.tables import DeletionRequest, LedgerEntry, Model
+from service.db.tables import DeletionRequest, LedgerEntry, Model, ModelVersion
 from service.db.uow import UnitOfWork
 from service.jobs.completion import finish
 from service.jobs.plans import Batch, RequestPlan, plan_requests
@@ -113,9 +113,9 @@ def _fail_queued(rt: Runtime, model_id: int, reason: str) -> None:
 
 def _drain(rt: Runtime, model_id: int) -> None:
     for _ in range(_MAX_ROUNDS):
-        progressed, version_id = _apply_with_retries(rt, model_id)
-        if version_id is not None:
-            finish(rt, model_id, version_id)
+        progressed, version = _apply_with_retries(rt, model_id)
+        if version is not None:
+            finish(rt, model_id, version.id, version)
         if not progressed or not _has_queued(rt, model_id):
             return
     # Still busy: hand the rest to a fresh job instead of monopolising this worker.
@@ -131,7 +131,7 @@ def _has_queued(rt: Runtime, model_id: int) -> bool:
         return uow.deletions.count_in_states(model_id, ["queued"]) > 0
 
 
-def _apply_with_retries(rt: Runtime, model_id: int) -> tuple[bool, int | None]:
+def _apply_with_retries(rt: Runtime, model_id: int) -> tuple[bool, ModelVersion | None]:
     for attempt in range(_RETRIES):
         try:
             return apply_batch(rt, model_id)
@@ -157,8 +157,9 @@ class _Forgot:
     failed: dict[int, str]
 
 
-def apply_batch(rt: Runtime, model_id: int) -> tuple[bool, int | None]:
-    """One update. Returns (whether any queued request was handled, the version to finish or None)."""
+def apply_batch(rt: Runtime, model_id: int) -> tuple[bool, ModelVersion | None]:
+    """One update. Returns (whether any queued request was handled, the version to finish or None: its
+    row as committed, so that the completion need not read it again)."""
     started = time.perf_counter()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
@@ -192,7 +193,7 @@ def apply_batch(rt: Runtime, model_id: int) -> tuple[bool, int | None]:
                 fail_request(uow, model_id, plan.request, forgot.failed[plan.request.id], claimed_at)
         if wait:
             _await_retrain(uow, model, [p.request for p in wait], reason or "", claimed_at)
-        finished: int | None = None
+        finished: ModelVersion | None = None
         if forgot.outcome is not None and forgot.outcome.forgotten_ids:
             finished = _record_update(rt, uow, model, stats, forgot.batch, forgot.outcome, claimed_at)
         elif forgot.batch.plans:
@@ -201,7 +202,7 @@ def apply_batch(rt: Runtime, model_id: int) -> tuple[bool, int | None]:
             mark_applied(
                 uow, model_id, [p.request for p in forgot.batch.plans], version.id, claimed_at, version.seq
             )
-            finished = version.id
+            finished = version
         uow.commit()
     metrics.UPDATE_SECONDS.observe(time.perf_counter() - started)
     metrics.UPDATE_BATCH.observe(len(requests))
@@ -299,7 +300,7 @@ def _record_update(
     batch: Batch,
     outcome: ForgetOutcome,
     claimed_at: Any,
-) -> int:
+) -> ModelVersion:
     planned = batch.samples
     if stats is not None:
         planned = {**planned, **stats.staged}
@@ -384,7 +385,7 @@ def _record_update(
             stats.apply(version.seq - 1, version.seq)
         else:
             load_hot_statistics(rt.hot, rt.cache, model.id, version.seq, release.statistics)
-    return version.id
+    return version
 
 
 def record_erasure(

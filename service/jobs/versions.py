@@ -105,6 +105,7 @@ def release_after_forget(
     replaced the statistics object and its whole snapshot is written again. ``request``: the batch's
     ForgetRequest (a graph's remaining graph is the stored graph after it)."""
     released, clean, spec, own = write_state(artifacts, state)
+    cache.remember_weights(released, state.released_weights)
     train_size = model.train_size - len(forgotten)
     training: dict[str, Any] | None
     if is_graph(model.training):  # graph datasets (service.graphs): the remaining graph, rewritten whole

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors.numpy import load as np_load
 from safetensors.numpy import save as np_save
 
+from service.jobs.state import BlobCache
+from service.storage.artifacts import LocalArtifactStore
 from service.storage.buckets import Bucket, decode_bucket, encode_bucket
 from service.storage.tensors import canonical, decode_weights, encode_weights, read_metadata
 
@@ -60,3 +63,23 @@ def test_weights_round_trip_and_are_canonical() -> None:
     blob = encode_weights(weights, {"family": "logistic_regression", "classes": 3})
     assert canonical(blob) == blob
     assert torch.equal(decode_weights(blob), weights)
+
+
+def test_remembered_weights_are_served_without_a_read_and_equal_the_stored_ones(tmp_path: Path) -> None:
+    store = LocalArtifactStore(tmp_path, durable=False)
+    weights = torch.linspace(-1, 1, 12, dtype=torch.float64)[::2]  # not contiguous
+    digest = store.put(encode_weights(weights, {"family": "logistic_regression"}))
+    reads: list[str] = []
+    real_get = store.get
+
+    def counted_get(d: str) -> bytes:
+        reads.append(d)
+        return real_get(d)
+
+    store.get = counted_get  # type: ignore[method-assign]
+    cache = BlobCache(store)
+    cache.remember_weights(digest, weights)
+    weights.mul_(0)  # the caller's tensor may change afterwards: the cache kept its own copy
+    served = cache.weights(digest)
+    assert reads == []
+    assert torch.equal(served, decode_weights(real_get(digest)))
