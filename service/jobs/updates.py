@@ -39,7 +39,7 @@ from service.jobs.state import (
     privacy_of,
 )
 from service.jobs.versions import erase_from_source, record_version, release_after_forget
-from service.storage.artifacts import BlobVanished
+from service.storage.refs import rewrite_if_collected
 from service.storage.statistics import HotStoreLost, RedisSampleStatistics
 from unlearning.data import Dataset
 from unlearning.errors import UnlearningError
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_ROUNDS = 1000  # drain loop bound: a model under constant load still yields the worker now and then
-_RETRIES = 3  # attempts of an update that rolled back for a reason not its own
+_HOT_STORE_RETRIES = 3
 _MAX_CONSECUTIVE_FAILURES = 3
 # Consecutive unexpected failures of a model's update, per worker process. A transient fault (a dropped
 # connection) gets retried by the reconciler; a persistent one must not keep requests queued for ever.
@@ -132,22 +132,21 @@ def _has_queued(rt: Runtime, model_id: int) -> bool:
 
 
 def _apply_with_retries(rt: Runtime, model_id: int) -> tuple[bool, ModelVersion | None]:
-    for attempt in range(_RETRIES):
+    def attempt() -> tuple[bool, ModelVersion | None]:
+        # A blob collected before the commit (service.storage.refs): the update writes it again.
+        return rewrite_if_collected(
+            lambda: apply_batch(rt, model_id), job="apply_deletions", detail=f"of model {model_id}"
+        )
+
+    for n in range(_HOT_STORE_RETRIES):
         try:
-            return apply_batch(rt, model_id)
+            return attempt()
         except HotStoreLost:
             # Redis was flushed mid-update: the transaction rolled back; the next attempt rebuilds
             # the statistics from the artifact store before reading them.
             metrics.HOT_STORE_REBUILDS.inc()
-            log.warning(
-                "hot store lost during update of model %s (attempt %d); rebuilding", model_id, attempt + 1
-            )
-        except BlobVanished as exc:
-            # Another model's completion collected a blob with the same bytes as one this update put
-            # (service.storage.refs): the transaction rolled back; the next attempt writes it again.
-            metrics.BLOB_REWRITES.labels("apply_deletions").inc()
-            log.warning("update of model %s: %s (attempt %d); retrying", model_id, exc, attempt + 1)
-    return apply_batch(rt, model_id)
+            log.warning("hot store lost during update of model %s (attempt %d); rebuilding", model_id, n + 1)
+    return attempt()
 
 
 @dataclass
