@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from service import metrics
 from service.audit.service import model_chain
 from service.db.base import utcnow
 from service.db.tables import ModelVersion
+from service.deletions.repository import Completed
 from service.storage.artifacts import ArtifactStore
 
 if TYPE_CHECKING:
@@ -66,8 +67,13 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
     ``committed``: the version's row as its own transaction committed it, when the caller has it,
     instead of reading it again (its sequence number and garbage never change; its weights are
     published only while it is still the current version, which is read here either way).
-    Two transactions: the first unlinks the blobs (:func:`collect_garbage`; its lock ends with it),
-    the second marks the requests completed.
+
+    One transaction, in this order: publish; mark the requests completed (row locks: the requests, the
+    model's audit chain head); take the collection lock and unlink the garbage
+    (:func:`collect_garbage`); commit. Nothing commits as completed before the unlinks are done. The
+    collection lock comes last so that it is held only for the unlinks and the commit, and so that no
+    deadlock is possible: a writer holding it (shared) is inside its commit, waiting on no row lock,
+    while a row lock this transaction waits for belongs to a writer that has not reached that lock yet.
     """
     with rt.uow() as uow:
         version = committed if committed is not None else uow.models.version(version_id)
@@ -79,35 +85,39 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
             # A newer version already exists; it excludes these subjects too, and it is what gets served.
             current = uow.models.version(current_id) or version
         publish(rt, model_id, current)
-        collect_garbage(uow, rt.artifacts, version.garbage)
-        uow.commit()
-    with rt.uow() as uow:
         now = utcnow()
-        # The plaintext ids are no longer needed anywhere: they go with the state change.
-        requests = uow.deletions.complete_applied(model_id, version_id, now)
-        if not requests:
-            return
-        uow.deletions.add_events([(r.id, "completed", now, None) for r in requests])
-        called = [r.id for r in requests if r.callback_url]
-        uow.deletions.set_state(called, callback_state="pending")
-        for request_id in called:
-            uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
-        uow.audit.append_many(
-            model_chain(model_id),
-            [
-                {
-                    "event_type": "deletion.completed",
-                    "model_id": model_id,
-                    "request_id": r.id,
-                    "version_id": version_id,
-                    "payload": {"version_seq": version.seq},
-                }
-                for r in requests
-            ],
-        )
+        requests = _complete(uow, model_id, version_id, version.seq, now)
+        collect_garbage(uow, rt.artifacts, version.garbage)
         uow.commit()
     for request in requests:
         metrics.observe_completed(request.created_at, now)
+
+
+def _complete(uow: UnitOfWork, model_id: int, version_id: int, seq: int, now: datetime) -> list[Completed]:
+    """Mark the version's applied requests completed (their plaintext subject ids go with the state
+    change: nothing needs them any more), queue their callbacks, append their audit events."""
+    requests = uow.deletions.complete_applied(model_id, version_id, now)
+    if not requests:
+        return []
+    uow.deletions.add_events([(r.id, "completed", now, None) for r in requests])
+    called = [r.id for r in requests if r.callback_url]
+    uow.deletions.set_state(called, callback_state="pending")
+    for request_id in called:
+        uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
+    uow.audit.append_many(
+        model_chain(model_id),
+        [
+            {
+                "event_type": "deletion.completed",
+                "model_id": model_id,
+                "request_id": r.id,
+                "version_id": version_id,
+                "payload": {"version_seq": seq},
+            }
+            for r in requests
+        ],
+    )
+    return requests
 
 
 def finish_stalled(rt: Runtime, model_id: int, older_than_seconds: float) -> None:
