@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from service.audit.chain import GENESIS, event_hash
 from service.audit.repository import AuditRepository
@@ -13,6 +15,22 @@ SYSTEM_CHAIN = "system"
 def model_chain(model_id: int) -> str:
     """The chain of a model's lifecycle: training, versions, the application and completion of deletions."""
     return f"model:{model_id}"
+
+
+def request_version_events(
+    event_type: str, model_id: int, version_id: int, seq: int, request_ids: Iterable[int]
+) -> list[dict[str, Any]]:
+    """One event per request that version ``seq`` answers (``deletion.applied``, ``deletion.completed``)."""
+    return [
+        {
+            "event_type": event_type,
+            "model_id": model_id,
+            "request_id": request_id,
+            "version_id": version_id,
+            "payload": {"version_seq": seq},
+        }
+        for request_id in request_ids
+    ]
 
 
 def requests_chain(model_id: int) -> str:

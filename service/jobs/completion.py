@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from service import metrics
-from service.audit.service import model_chain
+from service.audit.service import model_chain, request_version_events
 from service.db.base import utcnow
 from service.db.tables import ModelVersion
 from service.deletions.repository import Completed
@@ -106,16 +106,7 @@ def _complete(uow: UnitOfWork, model_id: int, version_id: int, seq: int, now: da
         uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
     uow.audit.append_many(
         model_chain(model_id),
-        [
-            {
-                "event_type": "deletion.completed",
-                "model_id": model_id,
-                "request_id": r.id,
-                "version_id": version_id,
-                "payload": {"version_seq": seq},
-            }
-            for r in requests
-        ],
+        request_version_events("deletion.completed", model_id, version_id, seq, [r.id for r in requests]),
     )
     return requests
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service import metrics
-from service.audit.service import model_chain
+from service.audit.service import model_chain, request_version_events
 from service.db.base import utcnow
 from service.db.tables import DeletionRequest, LedgerEntry, Model, ModelVersion
 from service.db.uow import UnitOfWork
@@ -449,17 +449,7 @@ def mark_applied(
     uow.deletions.add_events([*applying, *((rid, "applied", now, f"version {seq}") for rid in ids)])
     uow.audit.append_many(
         model_chain(model_id),
-        [*first_events]
-        + [
-            {
-                "event_type": "deletion.applied",
-                "model_id": model_id,
-                "request_id": r.id,
-                "version_id": version_id,
-                "payload": {"version_seq": seq},
-            }
-            for r in requests
-        ],
+        [*first_events, *request_version_events("deletion.applied", model_id, version_id, seq, ids)],
     )
 
 
