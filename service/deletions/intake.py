@@ -23,6 +23,7 @@ reports each (202 when every item was accepted, 207 otherwise).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -84,10 +85,9 @@ class _Submission:
     def resolve(self, outcome: Outcome | None = None, error: BaseException | None = None) -> None:
         self.outcome, self.error, self.answered = outcome, error, True
         if self.on_done is not None:
-            try:
+            # RuntimeError: the waiter's event loop has closed (shutdown), nobody to tell.
+            with contextlib.suppress(RuntimeError):
                 self.on_done()
-            except RuntimeError:  # the waiter's event loop has closed (shutdown): nobody to tell
-                pass
 
     def result(self) -> Outcome:
         """The outcome, or the error raised."""

@@ -258,12 +258,11 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
         _fail_retrain(rt, model_id, exc)
         return
     max_buckets = rt.settings.max_buckets
-
-    written = [remaining]
+    written_before_fit = iter([remaining])  # serves the first attempt only
 
     def write() -> Release:
         # A retry writes the remaining arrays again too: whatever was collected must come back.
-        manifest = written.pop() if written else _remaining(rt, training, forget_request, forgotten)
+        manifest = next(written_before_fit, None) or _remaining(rt, training, forget_request, forgotten)
         return release_after_fit(rt.artifacts, state, certificate, manifest, size, max_buckets)
 
     def record(release: Release) -> int | None:
