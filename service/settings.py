@@ -59,6 +59,10 @@ class Settings(BaseSettings):
 
     worker_metrics_port: int | None = Field(None, ge=1, le=65535)
     torch_threads: int | None = Field(None, ge=1)
+    # ``python -m workers`` (workers.launcher): the GPUs to pin one worker each to ("0,1", or "none";
+    # unset: CUDA_VISIBLE_DEVICES, else the /dev/nvidia<N> files) and the CPU worker's threads.
+    gpus: str | None = None
+    worker_concurrency: int = Field(4, ge=1, le=256)
 
     @model_validator(mode="after")
     def _production_needs_servers(self) -> Settings:

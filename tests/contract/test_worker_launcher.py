@@ -1,0 +1,96 @@
+"""``python -m workers`` (workers.launcher): which worker processes a host runs, and how its GPUs are found
+without touching CUDA. The processes themselves are started in tests/integration/test_worker_launcher.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workers.launcher import plan, visible_gpus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def queues(argv: list[str]) -> list[str]:
+    return argv[argv.index("-Q") + 1].split(",")
+
+
+def test_without_gpus_one_cpu_worker_takes_every_lane() -> None:
+    (only,) = plan([], queue_prefix="lethe", concurrency=6)
+
+    assert queues(only.argv) == ["lethe.train", "lethe.updates", "lethe.io"]
+    assert "--pool=threads" in only.argv and "--concurrency=6" in only.argv
+    assert only.env == {}
+
+
+def test_one_pinned_worker_per_gpu_trains_and_the_cpu_worker_keeps_off_the_gpus() -> None:
+    gpu0, gpu1, cpu = plan(["0", "1"], queue_prefix="q", concurrency=4)
+
+    for worker, gpu in ((gpu0, "0"), (gpu1, "1")):
+        assert worker.env == {"CUDA_VISIBLE_DEVICES": gpu}
+        assert queues(worker.argv) == ["q.train"]
+        assert "--pool=solo" in worker.argv  # one process, one job at a time on its device
+        assert f"gpu{gpu}@%h" in worker.argv
+    assert queues(cpu.argv) == ["q.updates", "q.io"]
+    assert cpu.env == {"CUDA_VISIBLE_DEVICES": "", "LETHE_DEVICE": "cpu"}
+
+
+def test_each_worker_gets_a_metrics_port_of_its_own() -> None:
+    ports = [
+        p.env["LETHE_WORKER_METRICS_PORT"]
+        for p in plan(["0", "1"], queue_prefix="q", concurrency=1, metrics_port=9100)
+    ]
+    assert ports == ["9100", "9101", "9102"]
+    assert all("LETHE_WORKER_METRICS_PORT" not in p.env for p in plan(["0"], queue_prefix="q", concurrency=1))
+
+
+@pytest.mark.parametrize(
+    ("setting", "environ", "devices", "expected"),
+    [
+        ("2,3", {"CUDA_VISIBLE_DEVICES": "0"}, ["nvidia0"], ["2", "3"]),  # the setting wins
+        ("none", {}, ["nvidia0"], []),
+        (None, {"CUDA_VISIBLE_DEVICES": "GPU-8f2e, GPU-1a2b"}, [], ["GPU-8f2e", "GPU-1a2b"]),
+        (None, {"CUDA_VISIBLE_DEVICES": ""}, ["nvidia0"], []),  # hidden on purpose
+        (None, {"CUDA_VISIBLE_DEVICES": "-1"}, ["nvidia0"], []),
+        (None, {}, ["nvidia1", "nvidiactl", "nvidia0", "nvidia-uvm", "nvidia10"], ["0", "1", "10"]),
+        (None, {}, ["null", "tty"], []),
+    ],
+)
+def test_gpus_come_from_the_setting_then_cuda_visible_devices_then_the_device_files(
+    setting: str | None, environ: dict[str, str], devices: list[str], expected: list[str], tmp_path: Path
+) -> None:
+    for name in devices:
+        (tmp_path / name).touch()
+    assert visible_gpus(setting, environ, dev=tmp_path) == expected
+
+
+def test_a_host_without_a_dev_directory_has_no_gpus(tmp_path: Path) -> None:
+    assert visible_gpus(None, {}, dev=tmp_path / "missing") == []
+
+
+_DRY_RUN_WITHOUT_TORCH = """
+import json, sys
+from workers.launcher import main
+main(["--dry-run"])
+sys.exit("torch was imported" if "torch" in sys.modules else 0)
+"""
+
+
+def test_the_dry_run_prints_the_plan_and_never_imports_torch() -> None:
+    """The launcher only decides and forks: torch (and CUDA) stay for the workers' first job."""
+    result = subprocess.run(
+        [sys.executable, "-c", _DRY_RUN_WITHOUT_TORCH],
+        cwd=ROOT,
+        env={"LETHE_GPUS": "0", "LETHE_CELERY_QUEUE": "x", "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = [p["name"] for p in json.loads(result.stdout)]
+    assert names == ["gpu0", "cpu"]

@@ -1,0 +1,159 @@
+"""``python -m workers``: start the Celery worker processes this host should run, and supervise them.
+
+What runs (:func:`plan`):
+- on a host with GPUs, one process per GPU, pinned to it (``CUDA_VISIBLE_DEVICES=<id>``), with a solo
+  pool on the ``train`` lane (training and retraining), and one CPU process (a thread pool) on the
+  ``updates`` and ``io`` lanes, kept off the GPUs (Hessian-free updates are vector additions);
+- on a host without GPUs, one CPU process on every lane.
+
+The GPUs are found without initialising, or even probing, CUDA (:func:`visible_gpus`): ``LETHE_GPUS``
+(ids, or ``none``), else ``CUDA_VISIBLE_DEVICES``, else the ``/dev/nvidia<N>`` device files. This
+process never imports torch; each worker imports the core library only when its first job runs.
+
+Supervision (:func:`supervise`): SIGTERM or SIGINT is passed on to every worker (Celery's warm shutdown:
+running jobs finish); if one worker exits on its own, the others are stopped and the launcher exits with
+that worker's status, so the container or service manager restarts the whole set.
+``python -m workers --dry-run`` prints the plan as JSON and starts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import FrameType
+
+from service.queue import LANES, celery_queue_name
+from service.settings import Settings
+
+_NO_GPU = {"", "-1", "none", "nodevfiles", "void"}
+_DEVICE_FILE = re.compile(r"nvidia(\d+)")
+_POLL_SECONDS = 0.5
+_STOP_SECONDS = 60.0  # a worker's warm shutdown waits for its running job; then it is killed
+
+
+@dataclass(frozen=True)
+class WorkerProcess:
+    """One worker process: its name, its command line and the environment it adds to the launcher's."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+
+
+def visible_gpus(setting: str | None, environ: Mapping[str, str], dev: Path = Path("/dev")) -> list[str]:
+    """The GPU ids of this host, as ``CUDA_VISIBLE_DEVICES`` would name them, one per worker to pin.
+
+    ``setting`` (``LETHE_GPUS``: comma-separated ids, or ``none``) wins; then ``CUDA_VISIBLE_DEVICES``
+    (ids or ``GPU-<uuid>`` names; empty or ``-1`` means none); then the ``/dev/nvidia<N>`` files the
+    driver creates. None of these initialises CUDA.
+    """
+    for value in (setting, environ.get("CUDA_VISIBLE_DEVICES")):
+        if value is not None:
+            ids = [part.strip() for part in value.split(",") if part.strip()]
+            return [] if not ids or ids[0].lower() in _NO_GPU else ids
+    try:
+        found = [m.group(1) for p in dev.iterdir() if (m := _DEVICE_FILE.fullmatch(p.name))]
+    except OSError:
+        return []
+    return sorted(found, key=int)
+
+
+def plan(
+    gpus: Sequence[str],
+    *,
+    queue_prefix: str,
+    concurrency: int,
+    metrics_port: int | None = None,
+    celery: str = "celery",
+) -> list[WorkerProcess]:
+    """The worker processes for a host with ``gpus`` (see the module docstring). With ``metrics_port``,
+    the i-th process serves its Prometheus metrics on ``metrics_port + i`` (one port each)."""
+    off_gpus = {"CUDA_VISIBLE_DEVICES": "", "LETHE_DEVICE": "cpu"}
+    shapes: list[tuple[str, str, Sequence[str], dict[str, str]]] = (
+        [
+            *((f"gpu{gpu}", "solo", ["train"], {"CUDA_VISIBLE_DEVICES": gpu}) for gpu in gpus),
+            ("cpu", "threads", [lane for lane in LANES if lane != "train"], off_gpus),
+        ]
+        if gpus
+        else [("cpu", "threads", LANES, {})]
+    )
+    processes = []
+    for i, (name, pool, lanes, env) in enumerate(shapes):
+        queues = ",".join(celery_queue_name(queue_prefix, lane) for lane in lanes)
+        argv = [celery, "-A", "workers.celery_app", "worker", f"--pool={pool}"]
+        argv += [f"--concurrency={concurrency}"] if pool == "threads" else []
+        argv += ["-Q", queues, "-n", f"{name}@%h", "--loglevel=INFO"]
+        port = {"LETHE_WORKER_METRICS_PORT": str(metrics_port + i)} if metrics_port is not None else {}
+        processes.append(WorkerProcess(name, argv, {**env, **port}))
+    return processes
+
+
+class _Stop:
+    """Set by SIGTERM/SIGINT."""
+
+    requested = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: FrameType | None) -> None:
+        cls.requested = True
+
+
+def supervise(processes: Sequence[WorkerProcess], environ: Mapping[str, str]) -> int:
+    """Run ``processes`` until a stop signal (then 0, once all have stopped) or until one exits on its
+    own (then the others are stopped and its exit status is returned, 1 if it was 0)."""
+    _Stop.requested = False
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _Stop.handler)
+    running = [(p, subprocess.Popen(p.argv, env={**environ, **p.env})) for p in processes]
+    status = 0
+    while not _Stop.requested:
+        exited = [(p, proc.returncode) for p, proc in running if proc.poll() is not None]
+        if exited:
+            name, code = exited[0][0].name, exited[0][1]
+            print(f"lethe workers: {name} exited with status {code}; stopping the others", file=sys.stderr)
+            status = code or 1
+            break
+        time.sleep(_POLL_SECONDS)
+    _stop_all([proc for _, proc in running])
+    return status
+
+
+def _stop_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + _STOP_SECONDS
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="print the processes as JSON, start none")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    celery = str(Path(sys.executable).with_name("celery"))
+    processes = plan(
+        visible_gpus(settings.gpus, os.environ),
+        queue_prefix=settings.celery_queue,
+        concurrency=settings.worker_concurrency,
+        metrics_port=settings.worker_metrics_port,
+        celery=celery if Path(celery).exists() else "celery",
+    )
+    if args.dry_run:
+        print(json.dumps([asdict(p) for p in processes], indent=2))
+        return 0
+    return supervise(processes, os.environ)
