@@ -17,6 +17,9 @@ batch 32, L2 0.5, decay 0.995, clip 5; digest 002 section 8) and measures, over 
 - ``cpu_ms_per_request``: CPU milliseconds per request of the API, the worker, Postgres, Redis and the
   load generator, over the offered load and over the burst (from the first send until the newest request
   has completed; Linux /proc, empty elsewhere). It says where the two cores go;
+- ``versions_offered_load`` and ``cpu_ms_per_version_offered_load``: how many versions (update rounds)
+  the offered load made, and the CPU of each process group per version: a round's cost, which barely
+  depends on how many requests it takes (bench/README.md, item 18);
 - ``first_request_ms``: POST to completed of the first deletion the fresh API and worker see. It opens a
   warm-up of ``warmup`` deletions at 50/s, excluded from every other figure: a new process pays one-time
   costs on its first requests (SQLAlchemy compiles each statement once per process, the caches load the
@@ -84,6 +87,7 @@ class Bench:
     def __init__(self, base_url: str) -> None:
         self.http = httpx.Client(base_url=base_url, timeout=60, limits=httpx.Limits(max_connections=64))
         self.history: dict[int, dict[str, float]] = {}  # request id -> state -> server time
+        self.version_seq: dict[int, int] = {}  # request id -> sequence number of the version excluding it
 
     def register(
         self, dataset_id: int, hyperparameters: dict[str, Any], policy: dict[str, Any], name: str
@@ -141,6 +145,8 @@ class Bench:
                 self.history[request_id] = {
                     e["state"]: datetime.fromisoformat(e["at"]).timestamp() for e in d["history"]
                 }
+                if d.get("version"):
+                    self.version_seq[request_id] = int(d["version"]["seq"])
                 return datetime.fromisoformat(d["completed_at"]).timestamp()
             if d["state"] in ("failed", "canceled") or time.monotonic() > deadline:
                 raise RuntimeError(
@@ -212,6 +218,12 @@ def wait_newest(bench: Bench, ids: list[int]) -> None:
 def cpu_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
     """CPU milliseconds per request of each process group over a phase (empty off Linux)."""
     return {k: round((after[k] - before[k]) * 1000.0 / requests, 2) for k in sorted(after)}
+
+
+def cpu_per_version(per_request: dict[str, float], requests: int, versions: int) -> dict[str, float]:
+    """CPU milliseconds per version (update round and completion) of each process group over a phase:
+    what a round costs, however many requests it took."""
+    return {k: round(v * requests / max(versions, 1), 2) for k, v in per_request.items()}
 
 
 def burst(bench: Bench, model_id: int, owners: list[str], chunk: int = 100) -> tuple[float, list[int]]:
@@ -312,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu_load = cpu_per_request(cpu, stack.cpu_seconds(processes), n_requests)
         completed, answers = latencies(bench, sent)
         stages = stage_medians(bench, sent)
+        load_versions = len({bench.version_seq[rid] for _, _, rid in sent if rid in bench.version_seq})
         log(f"offered load done at {time.monotonic() - started:.1f}s")
         cpu = stack.cpu_seconds(processes)
         burst_start, burst_ids = burst(bench, r1, owners[n_requests : n_requests + n_burst])
@@ -333,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         "completed_per_s": round(rate, 1),
         "retrain_per_request_p50_ms": round(statistics.median(retrains), 1),
         "cpu_ms_per_request": {"offered_load": cpu_load, "burst": cpu_burst},
+        "versions_offered_load": load_versions,
+        "cpu_ms_per_version_offered_load": cpu_per_version(cpu_load, n_requests, load_versions),
         "first_request_ms": round(first_request_ms, 2),
         "warmup": args.warmup,
         "requests": n_requests,

@@ -64,3 +64,10 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
         assert {"api", "worker", "postgres", "redis", "load_generator"} <= set(cpu)
         assert cpu["api"] > 0 and cpu["worker"] > 0 and cpu["postgres"] > 0
         assert all(v >= 0 for v in cpu.values())
+    # Rounds: at least one version for the offered load, at most one per request; a round's CPU is the
+    # per-request CPU times the requests per round.
+    rounds = figures["versions_offered_load"]
+    assert 1 <= rounds <= 30
+    per_version = figures["cpu_ms_per_version_offered_load"]
+    per_request = figures["cpu_ms_per_request"]["offered_load"]
+    assert per_version["worker"] == pytest.approx(per_request["worker"] * 30 / rounds, abs=0.02)
