@@ -25,11 +25,11 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import FrameType
 
 from service.queue import LANES, celery_queue_name
 from service.settings import Settings
@@ -76,12 +76,14 @@ def plan(
     celery: str = "celery",
 ) -> list[WorkerProcess]:
     """The worker processes for a host with ``gpus`` (see the module docstring). With ``metrics_port``,
-    the i-th process serves its Prometheus metrics on ``metrics_port + i`` (one port each)."""
+    the i-th process serves its Prometheus metrics on ``metrics_port + i`` (one port each; the CPU
+    worker is the first)."""
     off_gpus = {"CUDA_VISIBLE_DEVICES": "", "LETHE_DEVICE": "cpu"}
+    # The CPU worker comes first: every host has one, so it always serves on ``metrics_port`` itself.
     shapes: list[tuple[str, str, Sequence[str], dict[str, str]]] = (
         [
-            *((f"gpu{gpu}", "solo", ["train"], {"CUDA_VISIBLE_DEVICES": gpu}) for gpu in gpus),
             ("cpu", "threads", [lane for lane in LANES if lane != "train"], off_gpus),
+            *((f"gpu{gpu}", "solo", ["train"], {"CUDA_VISIBLE_DEVICES": gpu}) for gpu in gpus),
         ]
         if gpus
         else [("cpu", "threads", LANES, {})]
@@ -97,33 +99,28 @@ def plan(
     return processes
 
 
-class _Stop:
-    """Set by SIGTERM/SIGINT."""
-
-    requested = False
-
-    @classmethod
-    def handler(cls, signum: int, frame: FrameType | None) -> None:
-        cls.requested = True
-
-
 def supervise(processes: Sequence[WorkerProcess], environ: Mapping[str, str]) -> int:
     """Run ``processes`` until a stop signal (then 0, once all have stopped) or until one exits on its
-    own (then the others are stopped and its exit status is returned, 1 if it was 0)."""
-    _Stop.requested = False
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _Stop.handler)
+    own (then the others are stopped and its status is returned: its exit code, 1 if that was 0, or
+    128 + the signal that killed it, as a shell reports it)."""
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     running = [(p, subprocess.Popen(p.argv, env={**environ, **p.env})) for p in processes]
     status = 0
-    while not _Stop.requested:
-        exited = [(p, proc.returncode) for p, proc in running if proc.poll() is not None]
-        if exited:
-            name, code = exited[0][0].name, exited[0][1]
-            print(f"lethe workers: {name} exited with status {code}; stopping the others", file=sys.stderr)
-            status = code or 1
-            break
-        time.sleep(_POLL_SECONDS)
-    _stop_all([proc for _, proc in running])
+    try:
+        while not stop.wait(_POLL_SECONDS):
+            exited = [(p.name, proc.returncode) for p, proc in running if proc.poll() is not None]
+            if exited:
+                name, code = exited[0]
+                print(
+                    f"lethe workers: {name} exited with status {code}; stopping the others", file=sys.stderr
+                )
+                status = 128 - code if code < 0 else code or 1
+                break
+    finally:
+        _stop_all([proc for _, proc in running])
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return status
 
 

@@ -28,7 +28,7 @@ def test_without_gpus_one_cpu_worker_takes_every_lane() -> None:
 
 
 def test_one_pinned_worker_per_gpu_trains_and_the_cpu_worker_keeps_off_the_gpus() -> None:
-    gpu0, gpu1, cpu = plan(["0", "1"], queue_prefix="q", concurrency=4)
+    cpu, gpu0, gpu1 = plan(["0", "1"], queue_prefix="q", concurrency=4)
 
     for worker, gpu in ((gpu0, "0"), (gpu1, "1")):
         assert worker.env == {"CUDA_VISIBLE_DEVICES": gpu}
@@ -39,12 +39,12 @@ def test_one_pinned_worker_per_gpu_trains_and_the_cpu_worker_keeps_off_the_gpus(
     assert cpu.env == {"CUDA_VISIBLE_DEVICES": "", "LETHE_DEVICE": "cpu"}
 
 
-def test_each_worker_gets_a_metrics_port_of_its_own() -> None:
-    ports = [
-        p.env["LETHE_WORKER_METRICS_PORT"]
+def test_each_worker_gets_a_metrics_port_of_its_own_and_the_cpu_worker_the_configured_one() -> None:
+    ports = {
+        p.name: p.env["LETHE_WORKER_METRICS_PORT"]
         for p in plan(["0", "1"], queue_prefix="q", concurrency=1, metrics_port=9100)
-    ]
-    assert ports == ["9100", "9101", "9102"]
+    }
+    assert ports == {"cpu": "9100", "gpu0": "9101", "gpu1": "9102"}
     assert all("LETHE_WORKER_METRICS_PORT" not in p.env for p in plan(["0"], queue_prefix="q", concurrency=1))
 
 
@@ -93,4 +93,4 @@ def test_the_dry_run_prints_the_plan_and_never_imports_torch() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     names = [p["name"] for p in json.loads(result.stdout)]
-    assert names == ["gpu0", "cpu"]
+    assert names == ["cpu", "gpu0"]
