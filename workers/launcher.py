@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from service.queue import LANES, celery_queue_name
 from service.settings import Settings
 
@@ -141,7 +143,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="print the processes as JSON, start none")
     args = parser.parse_args(argv)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"lethe workers: {exc.errors()[0]['msg']}", file=sys.stderr)
+        return 2
+    if settings.effective_worker != "celery" and not args.dry_run:
+        print(
+            "lethe workers: Celery workers serve production mode (LETHE_MODE=production with the database, "
+            "Redis and subject hash key settings); in embedded mode the API runs its jobs itself",
+            file=sys.stderr,
+        )
+        return 2
     celery = str(Path(sys.executable).with_name("celery"))
     processes = plan(
         visible_gpus(settings.gpus, os.environ),

@@ -94,3 +94,27 @@ def test_the_dry_run_prints_the_plan_and_never_imports_torch() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     names = [p["name"] for p in json.loads(result.stdout)]
     assert names == ["cpu", "gpu0"]
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({}, "in embedded mode the API runs its jobs itself"),
+        ({"LETHE_MODE": "production"}, "production mode needs LETHE_DATABASE_URL"),
+    ],
+)
+def test_the_launcher_refuses_a_setup_without_a_broker_with_a_message(
+    environ: dict[str, str], message: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "workers"],
+        cwd=ROOT,
+        env={"PATH": "", **environ},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
