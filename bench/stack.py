@@ -26,6 +26,8 @@ import httpx
 import psycopg
 import redis
 
+from workers.launcher import celery_program, worker_argv
+
 ROOT = Path(__file__).resolve().parents[1]
 PG = {"host": os.environ.get("LETHE_PG_HOST", "127.0.0.1"), "port": 5432, "user": "postgres"}
 REDIS_HOST, REDIS_PORT = os.environ.get("LETHE_REDIS_HOST", "127.0.0.1"), 6379
@@ -112,22 +114,14 @@ def celery_worker(
     env: dict[str, str], log: Path, *, pool: str = "threads", concurrency: int = 4, name: str = "lethe"
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``celery -A workers.celery_app worker`` with ``env``; waits until it is ready."""
-    celery = Path(sys.executable).with_name("celery")
     proc = subprocess.Popen(
-        [
-            str(celery),
-            "-A",
-            "workers.celery_app",
-            "worker",
-            f"--pool={pool}",
-            f"--concurrency={concurrency}",
-            "--loglevel=INFO",
-            "-n",
-            f"{name}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
+        worker_argv(
+            name,
+            pool=pool,
+            concurrency=concurrency,
+            celery=celery_program(),
+            extra=("--without-gossip", "--without-mingle", "--without-heartbeat"),
+        ),
         cwd=ROOT,
         env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
         stdout=log.open("wb"),

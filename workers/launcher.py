@@ -92,13 +92,34 @@ def plan(
     )
     processes = []
     for i, (name, pool, lanes, env) in enumerate(shapes):
-        queues = ",".join(celery_queue_name(queue_prefix, lane) for lane in lanes)
-        argv = [celery, "-A", "workers.celery_app", "worker", f"--pool={pool}"]
-        argv += [f"--concurrency={concurrency}"] if pool == "threads" else []
-        argv += ["-Q", queues, "-n", f"{name}@%h", "--loglevel=INFO"]
+        queues = [celery_queue_name(queue_prefix, lane) for lane in lanes]
+        argv = worker_argv(name, pool=pool, concurrency=concurrency, queues=queues, celery=celery)
         port = {"LETHE_WORKER_METRICS_PORT": str(metrics_port + i)} if metrics_port is not None else {}
         processes.append(WorkerProcess(name, argv, {**env, **port}))
     return processes
+
+
+def celery_program() -> str:
+    """The ``celery`` script beside this interpreter (its virtual environment's), else the one on PATH."""
+    beside = Path(sys.executable).with_name("celery")
+    return str(beside) if beside.exists() else "celery"
+
+
+def worker_argv(
+    name: str,
+    *,
+    pool: str,
+    concurrency: int,
+    queues: Sequence[str] | None = None,
+    celery: str = "celery",
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The command line of one worker process named ``name@<host>`` (``queues``: None for every lane's
+    queue of the configured prefix; ``concurrency`` applies to a thread pool)."""
+    argv = [celery, "-A", "workers.celery_app", "worker", f"--pool={pool}"]
+    argv += [f"--concurrency={concurrency}"] if pool == "threads" else []
+    argv += ["-Q", ",".join(queues)] if queues is not None else []
+    return [*argv, "-n", f"{name}@%h", "--loglevel=INFO", *extra]
 
 
 def supervise(processes: Sequence[WorkerProcess], environ: Mapping[str, str]) -> int:
@@ -155,13 +176,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    celery = str(Path(sys.executable).with_name("celery"))
     processes = plan(
         visible_gpus(settings.gpus, os.environ),
         queue_prefix=settings.celery_queue,
         concurrency=settings.worker_concurrency,
         metrics_port=settings.worker_metrics_port,
-        celery=celery if Path(celery).exists() else "celery",
+        celery=celery_program(),
     )
     if args.dry_run:
         print(json.dumps([asdict(p) for p in processes], indent=2))

@@ -13,6 +13,12 @@ from safetensors.torch import save as torch_save
 _ALIGN = 8  # safetensors pads its header with spaces so that the data starts 8-byte aligned
 
 
+def _header(blob: bytes) -> tuple[int, dict[str, Any]]:
+    """A safetensors blob's header: its length in bytes and its JSON (the format: u64 length, JSON)."""
+    (size,) = struct.unpack("<Q", blob[:8])
+    return size, json.loads(blob[8 : 8 + size])
+
+
 def canonical(blob: bytes) -> bytes:
     """The same safetensors file with its ``__metadata__`` keys in sorted order.
 
@@ -23,8 +29,7 @@ def canonical(blob: bytes) -> bytes:
     (sorted metadata, compact JSON, padded with spaces to the alignment); the data is left as it is,
     and its offsets are relative to the end of the header, so they stay valid.
     """
-    (size,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8 : 8 + size])
+    size, header = _header(blob)
     if "__metadata__" in header:
         header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -33,10 +38,8 @@ def canonical(blob: bytes) -> bytes:
 
 
 def read_metadata(blob: bytes) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors blob (the format: u64 header length, JSON header)."""
-    (size,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8 : 8 + size])
-    return dict(header.get("__metadata__") or {})
+    """The ``__metadata__`` of a safetensors blob."""
+    return dict(_header(blob)[1].get("__metadata__") or {})
 
 
 def encode_weights(weights: torch.Tensor, spec: dict[str, Any]) -> bytes:
