@@ -814,7 +814,7 @@ class NewtonConfig:
             raise InvalidConfigError(f"op_norm must be 'exact' or 'none', got {self.op_norm!r}")
         if self.bound == "paper" and self.op_norm == "none":
             raise InvalidConfigError("the paper bound needs ||Z||_op: use op_norm='exact' with bound='paper'")
-        if not isinstance(self.max_newton, int) or self.max_newton < 1:
+        if isinstance(self.max_newton, bool) or not isinstance(self.max_newton, int) or self.max_newton < 1:
             raise InvalidConfigError(f"max_newton must be an integer >= 1, got {self.max_newton!r}")
 
     @classmethod
@@ -1124,6 +1124,9 @@ class NewtonMethodBase(ABC):
     def default_config(self) -> dict[str, Any]:
         """Every configuration key the method accepts, with its default."""
 
+
+    def check_config(self, config: Mapping[str, Any]) -> None:
+        self._configs(config)
 
     def _configs(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], NewtonConfig]:
         """The defaults overlaid with ``config`` (the service's ``family`` key checked and dropped), and

@@ -56,18 +56,26 @@ class SGDConfig:
     clip_mode: ClipMode = "batch"
 
     def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
+                raise InvalidConfigError(f"{name} must be an integer, got {getattr(self, name)!r}")
+        for name in ("lr", "lr_decay", "l2"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int | float):
+                raise InvalidConfigError(f"{name} must be a number, got {getattr(self, name)!r}")
         if self.epochs < 1 or self.batch_size < 1:
             raise InvalidConfigError(f"epochs and batch_size must be >= 1, got {self.epochs}, {self.batch_size}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise InvalidConfigError(f"lr must be a finite number > 0, got {self.lr}")
         if not 0 < self.lr_decay <= 1:
             raise InvalidConfigError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
-        if self.l2 < 0:
-            raise InvalidConfigError(f"l2 must be >= 0, got {self.l2}")
+        if not (self.l2 >= 0 and math.isfinite(self.l2)):
+            raise InvalidConfigError(f"l2 must be a finite number >= 0, got {self.l2}")
         if self.clip_mode not in ("none", "batch", "per_sample"):
             raise InvalidConfigError(f"clip_mode must be 'none', 'batch' or 'per_sample', got {self.clip_mode!r}")
-        if self.clip_mode != "none" and not (self.clip_norm is not None and self.clip_norm > 0):
-            raise InvalidConfigError(f"clip_mode {self.clip_mode!r} needs clip_norm > 0, got {self.clip_norm}")
+        if self.clip_mode != "none" and not (
+            self.clip_norm is not None and self.clip_norm > 0 and math.isfinite(self.clip_norm)
+        ):
+            raise InvalidConfigError(f"clip_mode {self.clip_mode!r} needs a finite clip_norm > 0, got {self.clip_norm}")
 
     @property
     def clip(self) -> float:

@@ -74,6 +74,7 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
     _check_types(defaults, body.hyperparameters)
     config = {**defaults, **body.hyperparameters, "family": body.family}
     try:
+        method.check_config(config)
         PrivacyTarget(body.privacy.epsilon, body.privacy.delta, body.release_mode)
         BudgetPolicy(**body.budget_policy.model_dump())
     except UnlearningError as exc:
@@ -135,7 +136,8 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
 
 def _check_types(defaults: dict[str, Any], overrides: dict[str, Any]) -> None:
     """Each override has the JSON type of its default (an int where a float is expected is fine; null
-    is left to the method). Ranges are the method's to check; it does so when it trains."""
+    is left to the method). Ranges and choices are the method's to check: ``register`` calls its
+    ``check_config`` next."""
     for name, value in overrides.items():
         default = defaults.get(name)
         if value is None or default is None or name == "family":

@@ -132,6 +132,13 @@ def test_registration_rejects_bad_configuration(client: Client) -> None:
         ({"method": "nope"}, "nope"),
         ({"privacy": {"epsilon": -1}}, "epsilon"),
         ({"budget_policy": {"max_deletions": 0}}, "max_deletions"),
+        # values of the right type that the method would refuse: refused now, not by a failed training
+        ({"hyperparameters": {"epochs": -1}}, "epochs"),
+        ({"hyperparameters": {"lr_decay": 1.5}}, "lr_decay"),
+        ({"family": "mlp", "hyperparameters": {"hidden": [0]}}, "hidden"),
+        ({"method": "newton_removal", "hyperparameters": {"lam": 0}}, "lam"),
+        ({"method": "langevin", "hyperparameters": {"radius": -1.0}}, "radius"),
+        ({"method": "mini_unlearning", "hyperparameters": {"k": 0}}, "k (the number of replayed steps)"),
     ]
     for override, needle in cases:
         r = client.http.post("/v1/models", json={"name": "x", "dataset_id": dataset_id, **override})

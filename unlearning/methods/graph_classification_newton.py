@@ -92,13 +92,16 @@ def _ids_digest(ids: Sequence[str]) -> str:
     return hashlib.sha256("\x1f".join(ids).encode()).hexdigest()
 
 
+_SIGNALS = ("auto", "degree", "tag", "features")
+
+
 def _resolve_signal(collection: GraphCollection, signal: str) -> SignalKind:
     if signal == "auto":
         if collection.num_node_features:
             return "features"
         return "tag" if collection.num_tags > 1 else "degree"
-    if signal not in ("degree", "tag", "features"):
-        raise InvalidConfigError(f"signal must be 'auto', 'degree', 'tag' or 'features', got {signal!r}")
+    if signal not in _SIGNALS:
+        raise InvalidConfigError(f"signal must be one of {_SIGNALS}, got {signal!r}")
     return signal  # type: ignore[return-value]
 
 
@@ -134,6 +137,17 @@ class GraphClassificationNewton(NewtonMethodBase):
         forces about 40% fewer retrains (31 vs 53 per 90 node deletions, bench.graph_unlearning)."""
         return {**NewtonConfig(lam=1e-2).to_dict(), "J": 4, "L": 3, "Q": 3, "nonlinear": True,
                 "signal": "auto", "max_degree": None}
+
+    def check_config(self, config: Mapping[str, Any]) -> None:
+        merged, _ = self._configs(config)
+        ScatteringConfig(merged["J"], merged["L"], merged["Q"], merged["nonlinear"])
+        if not isinstance(merged["nonlinear"], bool):
+            raise InvalidConfigError(f"nonlinear must be true or false, got {merged['nonlinear']!r}")
+        if merged["signal"] not in _SIGNALS:
+            raise InvalidConfigError(f"signal must be one of {_SIGNALS}, got {merged['signal']!r}")
+        max_degree = merged["max_degree"]
+        if max_degree is not None and (isinstance(max_degree, bool) or not isinstance(max_degree, int) or max_degree < 0):
+            raise InvalidConfigError(f"max_degree must be null (the data's largest degree) or an integer >= 0, got {max_degree!r}")
 
     # ----------------------------------------------------------------------------------------- fit
     def fit(

@@ -56,6 +56,7 @@ from unlearning.methods.protocol import (
     ProgressCallback,
 )
 from unlearning.methods.registry import register
+from unlearning.models.propagation import NORMALIZATIONS as PROPAGATION_NORMALIZATIONS
 from unlearning.models.propagation import FeatureScaler, PropagationSpec, full_features, k_hop, local_features
 from unlearning.newton_removal import (
     DenseDesign,
@@ -127,9 +128,16 @@ class GraphNodeNewton(NewtonMethodBase):
         """Digest 001 section 5.1 defaults: SGC, K = 2, lam 1e-2, alpha 0.1; the code's standardisation."""
         return {**NewtonConfig().to_dict(), "propagation": "sgc", "hops": 2, "normalization": "standardize"}
 
+    def check_config(self, config: Mapping[str, Any]) -> None:
+        self._node_configs(config)
+
     def _node_configs(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], NewtonConfig, PropagationSpec]:
         merged, cfg = self._configs(config)
         prop = PropagationSpec(str(merged["propagation"]), merged["hops"])  # type: ignore[arg-type]
+        if merged["normalization"] not in PROPAGATION_NORMALIZATIONS:
+            raise InvalidConfigError(
+                f"normalization must be one of {PROPAGATION_NORMALIZATIONS}, got {merged['normalization']!r}"
+            )
         return merged, cfg, prop
 
     # ----------------------------------------------------------------------------------------- fit

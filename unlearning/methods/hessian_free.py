@@ -47,6 +47,8 @@ from unlearning.methods.protocol import (
 from unlearning.methods.registry import register
 from unlearning.methods.statistics import InMemorySampleStatistics
 from unlearning.models import ModelSpec, build_model
+from unlearning.models.flat import family_names
+from unlearning.models.nets import hidden_widths
 from unlearning.privacy.certificate import Certificate
 from unlearning.privacy.gaussian import calibrate_sigma, largest_sensitivity
 from unlearning.privacy.hf_bound import hf_per_sample_bound, hf_total_bound
@@ -69,10 +71,23 @@ def model_spec_for(dataset: Dataset, config: Mapping[str, Any]) -> ModelSpec:
 
 
 def sgd_config(config: Mapping[str, Any]) -> SGDConfig:
+    """The recorded training SGD of ``config`` (also Mini-Unlearning's: ``lr_decay`` 1 is a constant step)."""
     values = {k: config[k] for k in _SGD_KEYS if k in config}
     clip = values.get("clip_norm")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int | float)):
+        raise InvalidConfigError(f"clip_norm must be a number or null, got {clip!r}")
     values["clip_norm"] = None if clip is None else float(clip)
     return SGDConfig(**values)
+
+
+def check_sgd_config(merged: Mapping[str, Any]) -> None:
+    """The recorded-SGD settings and, for an MLP, its widths (shared by the SGD-trained methods)."""
+    sgd_config(merged)
+    family = merged.get("family", "logistic_regression")
+    if not isinstance(family, str) or family not in family_names():
+        raise InvalidConfigError(f"unknown model family {family!r}; choose one of {list(family_names())}")
+    if family == "mlp":
+        hidden_widths(merged.get("hidden", [64]))
 
 
 def _bound_inputs(record: TrainingRecord, g_bound: float, g_source: str) -> dict[str, Any]:
@@ -171,6 +186,16 @@ class HessianFree:
             "rho_iterations": 3,
             "audit_probe_fraction": 0.01,
         }
+
+    def check_config(self, config: Mapping[str, Any]) -> None:
+        merged = {**self.default_config(), **dict(config)}
+        check_sgd_config(merged)
+        rho_iterations = merged["rho_iterations"]
+        if isinstance(rho_iterations, bool) or not isinstance(rho_iterations, int) or rho_iterations < 1:
+            raise InvalidConfigError(f"rho_iterations must be an integer >= 1, got {rho_iterations!r}")
+        fraction = merged["audit_probe_fraction"]
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
+            raise InvalidConfigError(f"audit_probe_fraction must lie in [0, 1], got {fraction!r}")
 
     def restore_model(self, data: Mapping[str, Any]) -> ModelSpec:
         return ModelSpec.from_dict(dict(data))

@@ -411,6 +411,21 @@ class Langevin:
             "max_burn_in_epochs": 5_000,
         }
 
+    def check_config(self, config: Mapping[str, Any]) -> None:
+        """What ``fit`` checks without the data; the feature bound, lr <= 1/L and the burn-in length
+        depend on the rows and are checked when training starts."""
+        merged = {**self.default_config(), **dict(config)}
+        self._check_choices(merged)
+        for name in ("feature_bound", "l2", "lr", "clip_norm", "sigma"):
+            _optional_positive(merged, name)
+        for name in ("radius", "burn_in_tolerance"):
+            _positive(merged, name)
+        for name in ("target_epochs", "max_unlearning_epochs", "max_burn_in_epochs"):
+            _int_at_least(merged, name, 1)
+        if merged["epochs"] is not None:
+            _int_at_least(merged, "epochs", 1)
+        self._num_batches(1, merged)
+
     # ----------------------------------------------------------------------------------------- fit
     def fit(
         self,
@@ -488,7 +503,8 @@ class Langevin:
             progress("done", 1.0)
         return state, self._fit_certificate(state, privacy, policy)
 
-    def _problem(self, dataset: Dataset, config: Mapping[str, Any]) -> LogisticProblem:
+    @staticmethod
+    def _check_choices(config: Mapping[str, Any]) -> None:
         if config.get("family", FAMILY) != FAMILY:
             raise InvalidConfigError(
                 f"the langevin method trains family {FAMILY!r} only (its guarantee needs a strongly convex "
@@ -498,9 +514,12 @@ class Langevin:
             choices = acc.PABI_VARIANTS if name == "pabi" else acc.CONVERSIONS
             if config[name] not in choices:
                 raise InvalidConfigError(f"{name} must be one of {choices}, got {config[name]!r}")
+        if not isinstance(config["intercept"], bool):
+            raise InvalidConfigError(f"intercept must be true or false, got {config['intercept']!r}")
+
+    def _problem(self, dataset: Dataset, config: Mapping[str, Any]) -> LogisticProblem:
+        self._check_choices(config)
         intercept = config["intercept"]
-        if not isinstance(intercept, bool):
-            raise InvalidConfigError(f"intercept must be true or false, got {intercept!r}")
         norms = _row_norms(dataset, intercept)
         bound = _optional_positive(config, "feature_bound")
         if bound is None:

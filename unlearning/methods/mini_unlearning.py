@@ -72,7 +72,7 @@ from unlearning.errors import (
     UnknownSampleError,
 )
 from unlearning.lbfgs import CompactLBFGS, secant_pairs
-from unlearning.methods.hessian_free import model_spec_for
+from unlearning.methods.hessian_free import check_sgd_config, model_spec_for, sgd_config
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetOutcome,
@@ -93,19 +93,10 @@ HVP_MODES: tuple[str, ...] = ("exact", "lbfgs")
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
 BOUND_NAME = "none"
 ARTIFACTS = ("snapshots", "batch_rows", "window_sample_ids", "directions", "step_sizes")
-_SGD_KEYS = ("epochs", "batch_size", "lr", "lr_decay", "l2", "clip_norm", "clip_mode")
 _PAD = -1  # batch_rows padding for a batch smaller than the largest one
 
 
 # ------------------------------------------------------------------------------------------ config
-def sgd_config(config: Mapping[str, Any]) -> SGDConfig:
-    """The training SGD of ``config`` (plain SGD; ``lr_decay`` 1 keeps the paper's constant step)."""
-    values = {k: config[k] for k in _SGD_KEYS if k in config}
-    clip = values.get("clip_norm")
-    values["clip_norm"] = None if clip is None else float(clip)
-    return SGDConfig(**values)
-
-
 @dataclass(frozen=True)
 class WindowConfig:
     """k (window length), m (L-BFGS memory), how Hessian-vector products are taken, and the dtype."""
@@ -124,7 +115,7 @@ class WindowConfig:
             raise InvalidConfigError(f"m (the L-BFGS memory) must be an integer >= 1, got {m!r}")
         if hvp not in HVP_MODES:
             raise InvalidConfigError(f"hvp must be one of {list(HVP_MODES)}, got {hvp!r}")
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise InvalidConfigError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         return cls(k=k, m=m, hvp=hvp, dtype=DTYPES[dtype])
 
@@ -605,9 +596,12 @@ class MiniUnlearning:
             "max_deletion_fraction": 0.15,
         }
 
+    def check_config(self, config: Mapping[str, Any]) -> None:
+        self._merged(config)
+
     def _merged(self, config: Mapping[str, Any]) -> dict[str, Any]:
         merged = {**self.default_config(), **dict(config)}
-        sgd_config(merged)
+        check_sgd_config(merged)
         WindowConfig.from_config(merged)
         _check_fraction(merged["max_deletion_fraction"])
         return merged

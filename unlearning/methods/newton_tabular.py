@@ -86,12 +86,18 @@ class TabularFeatureMap:
     scale: np.ndarray | None = None
     divisor: float = 1.0
 
-    @classmethod
-    def fit(cls, features: np.ndarray, normalization: str, intercept: float) -> TabularFeatureMap:
+    @staticmethod
+    def check(normalization: object, intercept: object) -> None:
         if normalization not in NORMALIZATIONS:
             raise InvalidConfigError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-        if not (intercept >= 0 and np.isfinite(intercept)):
+        if isinstance(intercept, bool) or not isinstance(intercept, int | float) or not (
+            intercept >= 0 and np.isfinite(intercept)
+        ):
             raise InvalidConfigError(f"intercept must be a finite number >= 0, got {intercept!r}")
+
+    @classmethod
+    def fit(cls, features: np.ndarray, normalization: str, intercept: float) -> TabularFeatureMap:
+        cls.check(normalization, intercept)
         if normalization != "standardize":
             return cls(normalization, float(intercept))
         x = np.asarray(features, dtype=np.float64).reshape(len(features), -1)
@@ -154,6 +160,10 @@ class NewtonTabular(NewtonMethodBase):
     def default_config(self) -> dict[str, Any]:
         """Guo et al. / digest 001 defaults: lam 1e-2, alpha 0.1, tight residual bound, CG."""
         return {**NewtonConfig().to_dict(), "normalization": "clip", "intercept": 0.0}
+
+    def check_config(self, config: Mapping[str, Any]) -> None:
+        merged, _ = self._configs(config)
+        TabularFeatureMap.check(merged["normalization"], merged["intercept"])
 
     # ----------------------------------------------------------------------------------------- fit
     def fit(

@@ -190,6 +190,12 @@ class UnlearningMethod(Protocol):
 
     def default_config(self) -> dict[str, Any]: ...
 
+    def check_config(self, config: Mapping[str, Any]) -> None:
+        """Raise :class:`InvalidConfigError` for a value ``fit`` would refuse that can be judged without
+        the data (a range, a choice, a type), so that a bad hyperparameter is refused when the model is
+        registered, not when its training runs. ``config`` overrides :meth:`default_config`."""
+        ...
+
     def restore_model(self, data: Mapping[str, Any]) -> Any:
         """``MethodState.model`` rebuilt from its ``to_dict()`` (what the service stores per version)."""
         ...

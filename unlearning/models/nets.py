@@ -18,10 +18,19 @@ class Flatten(nn.Module):
         return x.reshape(x.shape[0], -1)
 
 
+def hidden_widths(value: object) -> list[int]:
+    """The MLP's hidden widths: a list of integers >= 1 (an empty list is a linear model)."""
+    if not isinstance(value, list | tuple) or any(
+        isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in value
+    ):
+        raise InvalidConfigError(f"hidden must be a list of layer widths, integers >= 1, got {value!r}")
+    return [int(h) for h in value]
+
+
 @register_family("mlp")
 def _build_mlp(spec: ModelSpec) -> nn.Module:
     """Flatten, then Linear-activation blocks of widths ``options["hidden"]`` (default (64,))."""
-    hidden = [int(h) for h in spec.options.get("hidden", (64,))]
+    hidden = hidden_widths(spec.options.get("hidden", (64,)))
     act_name = str(spec.options.get("activation", "tanh"))
     if act_name not in _ACTIVATIONS:
         raise InvalidConfigError(f"unknown activation {act_name!r}; choose one of {sorted(_ACTIVATIONS)}")

@@ -66,7 +66,7 @@ class PropagationSpec:
     def __post_init__(self) -> None:
         if self.kind not in ("sgc", "gpr"):
             raise InvalidConfigError(f"propagation kind must be 'sgc' or 'gpr', got {self.kind!r}")
-        if not isinstance(self.hops, int) or self.hops < 0:
+        if isinstance(self.hops, bool) or not isinstance(self.hops, int) or self.hops < 0:
             raise InvalidConfigError(f"hops (K) must be an integer >= 0, got {self.hops!r}")
 
     def dim(self, num_features: int) -> int:

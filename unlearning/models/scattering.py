@@ -65,7 +65,7 @@ class ScatteringConfig:
     def __post_init__(self) -> None:
         for name in ("J", "L", "Q"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidConfigError(f"scattering {name} must be an integer >= 1, got {value!r}")
 
     @property
