@@ -52,8 +52,10 @@ class Dataset:
             seen: set[str] = set()
             dup = next(s for s in self.sample_ids if s in seen or seen.add(s))  # type: ignore[func-returns-value]
             raise InvalidDatasetError(f"sample id {dup!r} appears more than once: sample ids must be unique")
-        if any(s == "" for s in self.sample_ids) or any(o == "" for o in self.owner_ids):
-            raise InvalidDatasetError("sample and owner ids must be non-empty strings")
+        for what, ids in (("sample id", self.sample_ids), ("owner id", self.owner_ids)):
+            if "" in ids:
+                row = ids.index("")
+                raise InvalidDatasetError(f"the {what} of row {row} (0-based) is empty: every row needs one")
         finite = np.isfinite(self.features)
         if not finite.all():
             row = int(np.argwhere(~finite)[0][0])
