@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from unlearning.audit.verification import accuracy, loss_change_correlation
+from unlearning.audit.membership import loss_attack
+from unlearning.audit.verification import accuracy, loss_change_correlation, per_sample_losses
 from unlearning.baselines import InfluenceJackknife, NewtonStep
 from unlearning.data import Dataset, mnist_subsets
 from unlearning.device import default_device
@@ -113,7 +114,7 @@ def run(model_name: str, quick: bool, seed: int, baselines: bool) -> dict[str, A
 
     per_sample_bound = float(fresh_state().accounting["per_sample_bound"])
     results: dict[str, Any] = {"distance": {}, "distance_original": {}, "accuracy_unlearned": {},
-                               "accuracy_replay_retrain": {}, "correlation": {}}
+                               "accuracy_replay_retrain": {}, "correlation": {}, "mia_auc": {}}
     replays: dict[float, torch.Tensor] = {}
     retrain_times = []
     for rate in RATES:
@@ -129,6 +130,10 @@ def run(model_name: str, quick: bool, seed: int, baselines: bool) -> dict[str, A
         results["accuracy_unlearned"][key] = accuracy(model, unlearned, test)
         results["accuracy_replay_retrain"][key] = accuracy(model, replay, test)
         results["correlation"][key] = loss_change_correlation(model, record.weights, unlearned, replay, train, ids)
+        results["mia_auc"][key] = {  # the loss attack: forgotten rows (members) against test rows
+            name: loss_attack(per_sample_losses(model, w, train, ids), per_sample_losses(model, w, test)).auc
+            for name, w in (("original", record.weights), ("unlearned", unlearned), ("replay_retrain", replay))
+        }
 
     app_ids = _deletion_set(train, 0.2, seed)  # the paper's application: 20% deleted one by one
     remaining = train.without(app_ids)
@@ -172,6 +177,7 @@ def run(model_name: str, quick: bool, seed: int, baselines: bool) -> dict[str, A
         "accuracy_by_rate": {"unlearned": results["accuracy_unlearned"],
                              "replay_retrain": results["accuracy_replay_retrain"]},
         "correlation": results["correlation"],
+        "mia_auc": results["mia_auc"],
         "rho": record.rho,
         "G": float(fresh_state().accounting["G"]),
         "bound_per_sample": per_sample_bound,
@@ -194,13 +200,14 @@ def _print_table(r: dict[str, Any]) -> None:
           f"retrain from scratch {r['retrain_s']:.3f} s")
     print(f"  unlearning {r['unlearn_us_per_sample']:.2f} us/sample batched, {r['unlearn_request_us']:.0f} us "
           f"per single-sample request; speedup vs retrain {r['speedup_vs_retrain']:.0f}x per request")
-    print("  rate   distance  original  paper(T7)  acc_unl  acc_replay  pearson spearman")
+    print("  rate   distance  original  paper(T7)  acc_unl  acc_replay  pearson spearman  MIA AUC orig/unl/replay")
     for key in r["distance"]:
         paper = (r["paper_table7_eta005"] or {}).get(key)
-        corr = r["correlation"][key]
+        corr, mia = r["correlation"][key], r["mia_auc"][key]
         print(f"  {key:>5}  {r['distance'][key]:.4f}    {r['distance_original'][key]:.4f}    "
               f"{paper if paper is not None else '-':>6}   {r['accuracy_by_rate']['unlearned'][key]:.4f}   "
-              f"{r['accuracy_by_rate']['replay_retrain'][key]:.4f}     {corr['pearson']:.3f}   {corr['spearman']:.3f}")
+              f"{r['accuracy_by_rate']['replay_retrain'][key]:.4f}     {corr['pearson']:.3f}   {corr['spearman']:.3f}"
+              f"    {mia['original']:.3f}/{mia['unlearned']:.3f}/{mia['replay_retrain']:.3f}")
     print(f"  rho {r['rho']:.5f}, G {r['G']:.3f}: Eq. 56 bound {r['bound_per_sample']:.3g} per deleted sample "
           f"vs measured {r['measured_error_per_sample_1pct']:.3g}; sigma at eps=1 {r['sigma_eps1']:.3g} "
           f"-> certified test accuracy after 1% deletion {r['acc_certified_eps1']:.4f}")

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from unlearning.audit.membership import loss_attack
 from unlearning.audit.verification import (
     accuracy,
     distance,
@@ -133,6 +134,10 @@ def test_report() -> None:
             assert 0.0 <= out[f"{kind}_accuracy_{name}"] <= 1.0
     assert out["test_accuracy_original"] == 1.0 and out["forgotten_accuracy_original"] == 1.0
     assert {"pearson", "spearman"} <= set(out)
+    for name, w in (("original", w_orig), ("unlearned", w_unl), ("retrained", w_ret)):
+        attack = loss_attack(per_sample_losses(model, w, train, forgotten), per_sample_losses(model, w, test))
+        assert out[f"mia_auc_{name}"] == pytest.approx(attack.auc)
+        assert out[f"mia_advantage_{name}"] == pytest.approx(attack.advantage)
     with pytest.raises(EmptyRequestError):
         report(model, w_orig, w_unl, w_ret, train, test, [])
     with pytest.raises(UnknownSampleError):

@@ -4,7 +4,9 @@
                w_unlearned = w_{E,B} + a^{-U} and w_retrained = w^{-U}_{E,B}, the replay-retrain of Eq. 5);
 - correlation: Pearson and Spearman, over the forgotten samples u, between the approximate loss change
                l(w_unlearned; u) - l(w_original; u) and the actual change l(w_retrained; u) - l(w_original; u);
-- accuracy on the test set, on the retained training rows and on the forgotten rows.
+- accuracy on the test set, on the retained training rows and on the forgotten rows;
+- membership inference: the loss-threshold attack's AUC and advantage (:mod:`unlearning.audit.membership`)
+  with the forgotten rows as members and the test rows as non-members, under each of the three models.
 
 Loss convention. The paper's l includes the regulariser (l = CE + (l2/2)||w||^2 for LR). For a given
 w the regulariser is the same number for every sample, so it shifts every loss change by one constant
@@ -25,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from scipy import stats
 
+from unlearning.audit.membership import loss_attack
 from unlearning.data import Dataset
 from unlearning.errors import DimensionMismatchError, EmptyRequestError, InvalidConfigError
 from unlearning.models.flat import FlatModel
@@ -178,6 +181,9 @@ def report(
     - ``retained_accuracy_{...}`` on the training rows not forgotten (NaN if none remain),
     - ``forgotten_accuracy_{...}`` on the forgotten rows,
     - ``pearson``, ``spearman`` from :func:`loss_change_correlation`,
+    - ``mia_auc_{...}``, ``mia_advantage_{...}``: the loss-threshold membership attack separating the
+      forgotten rows from the test rows (:func:`unlearning.audit.membership.loss_attack`); an update that
+      forgets well has the retrained model's figures, not the original's,
     - ``num_forgotten``, ``num_retained``.
     """
     forgotten = list(forgotten_ids)
@@ -199,6 +205,8 @@ def report(
         out[f"test_accuracy_{name}"] = accuracy(model, w, test)
         out[f"retained_accuracy_{name}"] = accuracy(model, w, train, retained) if retained else math.nan
         out[f"forgotten_accuracy_{name}"] = accuracy(model, w, train, forgotten)
+        attack = loss_attack(per_sample_losses(model, w, train, forgotten), per_sample_losses(model, w, test))
+        out[f"mia_auc_{name}"], out[f"mia_advantage_{name}"] = attack.auc, attack.advantage
     out.update(loss_change_correlation(model, w_original, w_unlearned, w_retrained, train, forgotten, l2=l2))
     return out
 

@@ -16,7 +16,8 @@ which does not certify the cumulative set.
 Honesty about the bound: on the paper's own MNIST setting the Eq. 56 bound is orders of magnitude above
 the measured error, so ``certified`` noise destroys the model. ``audited`` releases add no noise, say
 ``guarantee = "empirical"`` and carry a measured probe: at fit time a seeded 1% of the samples is
-forgotten with the vectors and compared with the exact replay-retrain.
+forgotten with the vectors and compared with the exact replay-retrain (weight distances, and the AUC of a
+loss-threshold membership attack telling retained rows from the forgotten ones under each model).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from unlearning.audit.membership import loss_attack
+from unlearning.audit.verification import per_sample_losses
 from unlearning.data import Dataset
 from unlearning.device import default_device
 from unlearning.errors import (
@@ -233,21 +236,35 @@ class HessianFree:
     def _audit_probe(
         model: Any, dataset: Dataset, record: TrainingRecord, fraction: float, seed: int
     ) -> dict[str, float]:
-        """Forget a seeded ``fraction`` of the samples with the vectors and measure against the replay."""
+        """Forget a seeded ``fraction`` of the samples with the vectors and measure against the replay.
+
+        Besides the weight distances: the loss-threshold membership attack
+        (:mod:`unlearning.audit.membership`) telling an equal number of seeded retained rows (members)
+        from the forgotten rows, under the original, the unlearned and the replay-retrained weights. The
+        original saw both sets (AUC near 0.5); the retrain's AUC is what complete forgetting looks like;
+        the unlearned model's should be the retrain's.
+        """
         m = round(fraction * len(dataset))
         if m < 1 or record.vectors is None:
             return {}
-        rows = np.sort(np.random.default_rng([seed, 0xA0D17]).permutation(len(dataset))[:m])
+        order = np.random.default_rng([seed, 0xA0D17]).permutation(len(dataset))
+        rows = np.sort(order[:m])
         ids = [dataset.sample_ids[i] for i in rows]
+        kept = [dataset.sample_ids[i] for i in np.sort(order[m : 2 * m])]
         retrained = replay_retrain(model, dataset, record, ids)
         unlearned = record.weights + record.vectors[torch.as_tensor(rows, device=record.vectors.device)].sum(0)
         err = float((unlearned - retrained).norm())
-        return {
+        out = {
             "probe_deletions": float(m),
             "probe_distance_to_replay_retrain": err,
             "probe_distance_original_to_replay_retrain": float((record.weights - retrained).norm()),
             "probe_distance_per_deleted_sample": err / m,
         }
+        if kept:
+            for name, w in (("original", record.weights), ("unlearned", unlearned), ("replay_retrain", retrained)):
+                attack = loss_attack(per_sample_losses(model, w, dataset, kept), per_sample_losses(model, w, dataset, ids))
+                out[f"probe_mia_auc_{name}"] = attack.auc
+        return out
 
     # -------------------------------------------------------------------------------------- forget
     def forget(
@@ -479,7 +496,9 @@ def _notes(certified: bool, repaired: bool = False) -> str:
     return (
         "Audited release: no noise was added, so no (epsilon, delta) guarantee holds. 'measured' holds the "
         "fit-time probe: a seeded sample of the training set forgotten with the approximator vectors and "
-        "compared with the exact replay-retrain."
+        "compared with the exact replay-retrain (weight distances; probe_mia_auc_*: the AUC of a loss-threshold "
+        "membership attack telling as many retained rows from the forgotten ones, under each model: the "
+        "unlearned model's figure should be the replay-retrain's)."
     )
 
 
