@@ -4,9 +4,17 @@ The method tests need an attack with power: a model that memorises (label noise,
 the regulariser tames), so that the original model's forgotten rows are told apart from held-out rows.
 Each test asserts that power first (so it can fail), then how close the unlearned model's attack
 figures come to those of the exact retrain.
+
+The graph methods are not attacked here: a forgotten node or graph changes its neighbours' features
+and leaves no input of its own to score after the update, so "the loss on a forgotten sample" is not
+defined the same way. Their removal is the same Newton step as ``newton_removal``'s (covered here),
+and tests/unit/test_graph_methods.py asserts its certified bound against the true residual for both
+and, for nodes, its distance to the same-noise retrain.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +24,8 @@ from unlearning.audit.membership import loss_attack
 from unlearning.audit.verification import per_sample_losses
 from unlearning.data import Dataset, make_synthetic
 from unlearning.errors import EmptyRequestError, InvalidConfigError
+from unlearning.methods.hessian_free import sgd_config
+from unlearning.methods.mini_unlearning import exact_replay
 from unlearning.methods.newton_tabular import TabularFeatureMap
 from unlearning.methods.protocol import ForgetRequest, MethodState, PrivacyTarget
 from unlearning.methods.registry import get_method
@@ -147,3 +157,71 @@ def test_newton_removal_leaves_the_attack_the_retrain_s_view() -> None:
     original_gap, unlearned_gap = _gaps(aucs)
     assert original_gap >= 0.1, aucs  # the attack has power on the original model
     assert unlearned_gap <= 0.01, aucs
+
+
+def _unit_rows(data: Dataset) -> Dataset:
+    x = data.features / np.linalg.norm(data.features, axis=1, keepdims=True)
+    return Dataset(data.sample_ids, data.owner_ids, x, data.labels, data.num_classes, name=data.name)
+
+
+def _table_aucs(model_spec: Any, weights: dict[str, torch.Tensor], train: Dataset, test: Dataset,
+                ids: list[str]) -> dict[str, float]:
+    model = build_model(model_spec)
+    return {
+        name: loss_attack(
+            per_sample_losses(model, w.to(torch.float32), train, ids),
+            per_sample_losses(model, w.to(torch.float32), test),
+        ).auc
+        for name, w in weights.items()
+    }
+
+
+def test_langevin_unlearning_leaves_the_attack_a_fresh_retrain_s_view() -> None:
+    """Noisy fine-tuning on the remaining rows (K epochs from the accountant) against a retrain with fresh
+    noise, 30% forgotten, three draws. Measured: AUC original 0.69-0.70, unlearned 0.51-0.56, retrain
+    0.47-0.58; the unlearned model is within the retrain's own seed-to-seed spread."""
+    train, test = (_unit_rows(d) for d in _memorising_split(num_features=200, n=200, seed=7))
+    method = get_method("langevin")
+    privacy = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="certified")
+    config = {"batch_size": 16, "l2": 0.01, "sigma": 0.01}
+    original_gaps, unlearned_gaps = [], []
+    for draw in range(3):
+        state, _ = method.fit(train, config, privacy, seed=3 + draw)
+        ids = [train.sample_ids[i] for i in np.random.default_rng(draw).permutation(len(train))[:60]]
+        outcome = method.forget(state, ForgetRequest(sample_ids=tuple(ids)), 11 + draw, privacy, remaining=train)
+        retrained, _ = method.fit(train.without(ids), config, privacy, seed=100 + draw)
+        weights = {"original": state.released_weights, "unlearned": outcome.state.released_weights,
+                   "retrained": retrained.released_weights}
+        aucs = _table_aucs(state.model, weights, train, test, ids)
+        original, unlearned = _gaps(aucs)
+        assert original >= 0.1, aucs  # the attack has power on the original model
+        assert unlearned <= 0.06, aucs
+        original_gaps.append(original)
+        unlearned_gaps.append(unlearned)
+    assert np.mean(unlearned_gaps) <= 0.25 * np.mean(original_gaps), (original_gaps, unlearned_gaps)
+
+
+def test_mini_unlearning_closes_the_attack_gap_only_as_far_as_its_window_reaches() -> None:
+    """Mini-Unlearning replays the last ``k`` steps. With the paper's k = 10 of this run's 1,200 steps the
+    attack sees what it saw on the original (measured AUC 0.74 -> 0.74, retrain 0.55): its certificates
+    say ``none``, and this is why. A window of 100 of 200 steps closes about half (0.75 -> 0.65, retrain
+    0.55)."""
+    train, test = _memorising_split(num_features=200, n=200, seed=7)
+    method = get_method("mini_unlearning")
+    privacy = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="audited")
+    ids = [train.sample_ids[i] for i in np.random.default_rng(0).permutation(len(train))[:60]]
+    gaps = {}
+    for k, epochs, batch_size in ((10, 60, 10), (100, 20, 20)):
+        config = {"epochs": epochs, "batch_size": batch_size, "lr": 0.05, "l2": 1e-3, "k": k}
+        state, _ = method.fit(train, config, privacy, seed=3)
+        outcome = method.forget(state, ForgetRequest(sample_ids=tuple(ids)), 11, privacy, remaining=train)
+        model = build_model(state.model)
+        replay = exact_replay(model, train, sgd_config({**method.default_config(), **config}), 3, ids)
+        weights = {"original": state.released_weights, "unlearned": outcome.state.released_weights,
+                   "retrained": replay}
+        aucs = _table_aucs(state.model, weights, train, test, ids)
+        gaps[k] = _gaps(aucs)
+        assert gaps[k][0] >= 0.15, aucs  # the attack has power on the original model
+        assert gaps[k][1] <= gaps[k][0] + 0.01, aucs  # never more exposed than before
+    assert gaps[10][1] >= 0.9 * gaps[10][0], gaps  # k = 10 leaves the signal (what the certificate says)
+    assert gaps[100][1] <= 0.7 * gaps[100][0], gaps  # a longer window removes a real part of it
