@@ -83,7 +83,9 @@ def test_hessian_free_removes_part_of_the_membership_signal() -> None:
     """
     train, test = _memorising_split(num_features=200, n=200, seed=7)
     model = build_model(ModelSpec("logistic_regression", (200,), 2))
-    cfg = SGDConfig(epochs=60, batch_size=10, lr=0.05, lr_decay=0.999, l2=1e-3, clip_norm=None, clip_mode="none")
+    cfg = SGDConfig(
+        epochs=60, batch_size=10, lr=0.05, lr_decay=0.999, l2=1e-3, clip_norm=None, clip_mode="none"
+    )
     record = train_recorded(model, train, cfg, seed=3, dtype=torch.float64)
     assert record.vectors is not None
     original_gaps, unlearned_gaps = [], []
@@ -112,8 +114,16 @@ def test_the_audited_hessian_free_certificate_carries_the_probe_attack() -> None
     rows. Measured here (three seeds): original 0.49-0.54 (it saw both), retrain 0.76-0.82, unlearned
     0.64-0.69, about half-way: what the ``audited`` certificate tells its reader."""
     train, _ = _memorising_split(num_features=200, n=200, seed=7)
-    config = {"epochs": 60, "batch_size": 10, "lr": 0.05, "lr_decay": 0.999, "l2": 1e-3, "clip_norm": None,
-              "clip_mode": "none", "audit_probe_fraction": 0.25}
+    config = {
+        "epochs": 60,
+        "batch_size": 10,
+        "lr": 0.05,
+        "lr_decay": 0.999,
+        "l2": 1e-3,
+        "clip_norm": None,
+        "clip_mode": "none",
+        "audit_probe_fraction": 0.25,
+    }
     method = get_method("hessian_free")
     _, certificate = method.fit(train, config, PrivacyTarget(1.0, 1e-3, "audited"), seed=1)
     measured = certificate.measured
@@ -152,7 +162,8 @@ def test_newton_removal_leaves_the_attack_the_retrain_s_view() -> None:
     retrained, _ = method.fit(train.without(ids), config, privacy, seed=5)  # the same objective perturbation
     states = {"original": original, "unlearned": outcome.state, "retrained": retrained}
     aucs = {
-        name: loss_attack(_newton_losses(s, train, ids), _newton_losses(s, test)).auc for name, s in states.items()
+        name: loss_attack(_newton_losses(s, train, ids), _newton_losses(s, test)).auc
+        for name, s in states.items()
     }
     original_gap, unlearned_gap = _gaps(aucs)
     assert original_gap >= 0.1, aucs  # the attack has power on the original model
@@ -164,8 +175,9 @@ def _unit_rows(data: Dataset) -> Dataset:
     return Dataset(data.sample_ids, data.owner_ids, x, data.labels, data.num_classes, name=data.name)
 
 
-def _table_aucs(model_spec: Any, weights: dict[str, torch.Tensor], train: Dataset, test: Dataset,
-                ids: list[str]) -> dict[str, float]:
+def _table_aucs(
+    model_spec: Any, weights: dict[str, torch.Tensor], train: Dataset, test: Dataset, ids: list[str]
+) -> dict[str, float]:
     model = build_model(model_spec)
     return {
         name: loss_attack(
@@ -188,10 +200,15 @@ def test_langevin_unlearning_leaves_the_attack_a_fresh_retrain_s_view() -> None:
     for draw in range(3):
         state, _ = method.fit(train, config, privacy, seed=3 + draw)
         ids = [train.sample_ids[i] for i in np.random.default_rng(draw).permutation(len(train))[:60]]
-        outcome = method.forget(state, ForgetRequest(sample_ids=tuple(ids)), 11 + draw, privacy, remaining=train)
+        outcome = method.forget(
+            state, ForgetRequest(sample_ids=tuple(ids)), 11 + draw, privacy, remaining=train
+        )
         retrained, _ = method.fit(train.without(ids), config, privacy, seed=100 + draw)
-        weights = {"original": state.released_weights, "unlearned": outcome.state.released_weights,
-                   "retrained": retrained.released_weights}
+        weights = {
+            "original": state.released_weights,
+            "unlearned": outcome.state.released_weights,
+            "retrained": retrained.released_weights,
+        }
         aucs = _table_aucs(state.model, weights, train, test, ids)
         original, unlearned = _gaps(aucs)
         assert original >= 0.1, aucs  # the attack has power on the original model
@@ -217,8 +234,11 @@ def test_mini_unlearning_closes_the_attack_gap_only_as_far_as_its_window_reaches
         outcome = method.forget(state, ForgetRequest(sample_ids=tuple(ids)), 11, privacy, remaining=train)
         model = build_model(state.model)
         replay = exact_replay(model, train, sgd_config({**method.default_config(), **config}), 3, ids)
-        weights = {"original": state.released_weights, "unlearned": outcome.state.released_weights,
-                   "retrained": replay}
+        weights = {
+            "original": state.released_weights,
+            "unlearned": outcome.state.released_weights,
+            "retrained": replay,
+        }
         aucs = _table_aucs(state.model, weights, train, test, ids)
         gaps[k] = _gaps(aucs)
         assert gaps[k][0] >= 0.15, aucs  # the attack has power on the original model

@@ -58,7 +58,9 @@ def _losses(values: np.ndarray | list[float], what: str) -> np.ndarray:
     return out
 
 
-def loss_attack(member_losses: np.ndarray | list[float], nonmember_losses: np.ndarray | list[float]) -> AttackResult:
+def loss_attack(
+    member_losses: np.ndarray | list[float], nonmember_losses: np.ndarray | list[float]
+) -> AttackResult:
     """The loss-threshold attack (Yeom et al. 2018) separating ``member_losses`` from ``nonmember_losses``.
 
     The attack's score is ``-loss`` (a low loss says "member"), so ``auc = roc_auc(labels, -losses)``

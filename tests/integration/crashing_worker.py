@@ -1,0 +1,44 @@
+"""``python -m tests.integration.crashing_worker <celery worker arguments>``: a real Celery worker that
+kills itself with SIGKILL at one point of its first deletion update, for the crash tests.
+
+``LETHE_TEST_CRASH_AT`` names the point:
+
+- ``before_commit``: inside the update's transaction, after the new version's blobs are written and its
+  row inserted, before the requests are marked applied and anything commits;
+- ``after_commit``: after the version, ledger charge and request states committed, before the
+  completion (serve the version, delete the garbage blobs, mark the requests completed).
+
+SIGKILL gives the process no chance to clean up: Postgres sees the connection drop (and rolls back an
+open transaction), the broker message is gone, nothing is flushed. The service's production code is
+used as it is; only the one function at the crash point is replaced, in this process only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+from service.jobs import updates
+
+CRASH_POINTS = {"before_commit": "record_erasure", "after_commit": "finish"}
+
+
+def _die(*_: Any, **__: Any) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    point = os.environ.get("LETHE_TEST_CRASH_AT", "")
+    if point not in CRASH_POINTS:
+        raise SystemExit(f"LETHE_TEST_CRASH_AT must be one of {sorted(CRASH_POINTS)}, got {point!r}")
+    setattr(updates, CRASH_POINTS[point], _die)
+    from celery.__main__ import main as celery_main
+
+    sys.argv = ["celery", *sys.argv[1:]]
+    celery_main()
+
+
+if __name__ == "__main__":
+    main()
