@@ -1,7 +1,7 @@
 """A worker killed (SIGKILL) in the middle of a deletion update: once a healthy worker runs again, every
 request completes, each applied exactly once, with a gap-free version chain and a ledger that counts
 each sample once (DESIGN.md: "A deletion is applied at most once, even when ... the worker crashes
-mid-task").
+mid-task"); and two worker processes racing on one model do the same ("... or two workers race").
 
 Each case runs in a deployment of its own (database, Redis database, queues, artifact directory), so
 that the session's worker cannot pick the work up: the crashed worker's is the only consumer until the
@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,10 +113,34 @@ def test_a_worker_killed_mid_update_loses_nothing_and_applies_nothing_twice(
 
     assert all(d["state"] == "completed" and d["version"] is not None for d in done)
     assert_applied_exactly_once(client, deployment.runtime, model_id, ids, forgotten_samples=2 * len(OWNERS))
-    for owner in OWNERS:  # the erasure is complete: the owner is unknown to the model now
+    for owner in OWNERS:  # each is recorded as forgotten once: asking again is a 409
         r = client.http.post(
             f"/v1/models/{model_id}/deletions",
             json={"owner_ids": [owner]},
             headers={"Idempotency-Key": f"again-{owner}"},
         )
         assert r.status_code == 409, r.text
+
+
+def test_two_worker_processes_racing_on_one_model_apply_each_request_once(deployment: Deployment) -> None:
+    """Two worker processes (not threads of one) take the same model's update jobs: the model lock in
+    Postgres, not anything in one process's memory, keeps the chain gap-free and each request once."""
+    client = deployment.client
+    owners = [f"owner-{i:05d}" for i in range(30)]
+    with (
+        stack.celery_worker(deployment.env, deployment.var / "worker-a.log", name="racer-a"),
+        stack.celery_worker(deployment.env, deployment.var / "worker-b.log", name="racer-b"),
+    ):
+        model_id = client.trained(n=200, samples_per_owner=2, policy={"max_deletion_fraction": 0.5})
+        ids: list[int] = []
+        for wave in range(3):  # three waves of concurrent submissions, each drained before the next
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                submitted = pool.map(
+                    lambda owner: int(client.delete(model_id, owner_ids=[owner])["id"]), owners[wave::3]
+                )
+                ids += list(submitted)
+            for request_id in ids:
+                client.done(request_id, timeout=90)
+    logs = [(deployment.var / f"worker-{w}.log").read_text() for w in "ab"]
+    assert all("apply_deletions" in log for log in logs), "both workers should have run updates"
+    assert_applied_exactly_once(client, deployment.runtime, model_id, ids, forgotten_samples=2 * len(owners))
