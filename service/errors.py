@@ -45,6 +45,10 @@ class Conflict(ApiError):
     status, code = 409, "conflict"
 
 
+class Gone(ApiError):
+    status, code = 410, "gone"
+
+
 class PayloadTooLarge(ApiError):
     status, code = 413, "payload_too_large"
 

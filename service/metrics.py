@@ -15,6 +15,7 @@ HTTP_LATENCY = Histogram(
 DELETIONS_RECEIVED = Counter("lethe_deletions_received_total", "Deletion requests accepted")
 DELETIONS_COMPLETED = Counter("lethe_deletions_completed_total", "Deletion requests completed")
 DELETIONS_FAILED = Counter("lethe_deletions_failed_total", "Deletion requests failed")
+MODELS_DELETED = Counter("lethe_models_deleted_total", "Models deleted (DELETE /v1/models/{id})")
 DELETION_LATENCY = Histogram(
     "lethe_deletion_completion_seconds",
     "Time from receipt to completion of a deletion",

@@ -40,6 +40,7 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         400: "Malformed request",
         404: "Not found",
         409: "Conflicts with the current state",
+        410: "Gone: the model was deleted",
         413: "Too large",
         415: "Unsupported media type",
         422: "Invalid input",

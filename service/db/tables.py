@@ -70,7 +70,7 @@ class Model(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     spec: Mapped[dict[str, Any]]
 
-    # status: queued | training | ready | retraining | failed
+    # status: queued | training | ready | retraining | failed | deleted (service.models.retirement)
     status: Mapped[str] = mapped_column(String(16))
     phase: Mapped[str] = mapped_column(String(64))
     progress: Mapped[float] = mapped_column(Float, default=0.0)

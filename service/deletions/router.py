@@ -43,7 +43,7 @@ def _respond(outcome: idempotency.Outcome) -> JSONResponse:
     status_code=202,
     response_model=DeletionAccepted,
     summary="Forget an owner (all their samples) or sample ids",
-    responses=error_responses(400, 404, 409, 422),
+    responses=error_responses(400, 404, 409, 410, 422),
 )
 async def submit_deletion(
     model_id: ModelId, body: DeletionIn, rt: RuntimeDep, idempotency_key: IdempotencyKey = None
@@ -62,7 +62,7 @@ async def submit_deletion(
     summary="Submit many deletions; success or failure is reported per item",
     responses={
         207: {"model": BulkOut, "description": "Some items were rejected"},
-        **error_responses(400, 404, 409, 422),
+        **error_responses(400, 404, 409, 410, 422),
     },
 )
 async def submit_bulk(

@@ -22,6 +22,7 @@ from service.deletions.schemas import (
 )
 from service.errors import ApiError, Conflict, NotFound, Unprocessable
 from service.graphs.requests import check_submissions, graph_hashes, graph_subjects, submit_checked
+from service.models.service import require_live
 from service.subjects import SubjectHasher
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def submit_many(
     model = uow.models.get(model_id)
     if model is None:
         raise NotFound(f"model {model_id} does not exist")
+    require_live(model)
     if model.status == "failed":
         raise Conflict(
             f"model {model_id} failed to train ({model.error}); register it again", code="model_failed"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from service import metrics
 from service.db.base import utcnow
 from service.jobs.completion import finish_stalled
+from service.models.retirement import DELETED, WAITING, erase_retired
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -36,9 +37,13 @@ def reconcile(rt: Runtime) -> None:
         for model in uow.models.stale_jobs(["retraining"], before=stale):
             uow.outbox.add("retrain_model", {"model_id": model.id}, dedupe_key=f"retrain:{model.id}")
         stalled = uow.models.models_with_requests(["applied"], before=settled, model_status=None)
+        deleted = uow.models.models_with_requests(WAITING, before=settled, model_status=DELETED)
         uow.commit()
+    # A process died between a model's deletion and the erasure of its data: erase it now.
+    for model_id in deleted:
+        erase_retired(rt, model_id)
     # A worker died between committing a version and completing its requests: finish them here.
-    for model_id in stalled:
+    for model_id in sorted(set(stalled) - set(deleted)):
         finish_stalled(rt, model_id, rt.settings.reconcile_after_seconds)
 
 

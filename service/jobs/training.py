@@ -28,6 +28,7 @@ from service.jobs.plans import Batch, plan_requests
 from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
 from service.jobs.updates import fail_request, mark_applied, record_erasure
 from service.jobs.versions import Release, erase_from_source, record_version, release_after_fit
+from service.models.retirement import DELETED
 from service.storage.refs import rewrite_if_collected
 from unlearning.errors import UnlearningError
 from unlearning.methods.protocol import ForgetRequest, MethodState
@@ -193,7 +194,7 @@ def _fail_training(rt: Runtime, model_id: int, exc: BaseException) -> None:
     metrics.TRAININGS.labels("initial", "failed").inc()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
-        if model is None:
+        if model is None or model.status == DELETED:
             return
         model.status, model.phase, model.error, model.finished_at = "failed", "failed", reason, utcnow()
         model.eta_seconds = None
@@ -374,7 +375,7 @@ def _fail_retrain(rt: Runtime, model_id: int, exc: BaseException) -> None:
     metrics.TRAININGS.labels("retrain", "failed").inc()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
-        if model is None:
+        if model is None or model.status == DELETED:
             return
         for request in uow.deletions.in_states(model_id, ["retraining", "awaiting_retrain"]):
             fail_request(uow, model_id, request, reason)

@@ -129,6 +129,9 @@ class ModelRepository:
                 out[r.owner_id].append(r.sample_id)
         return dict(out)
 
+    def delete_all_samples(self, model_id: int) -> None:
+        self.session.execute(delete(table(Sample)).where(Sample.model_id == model_id))
+
     def delete_samples(self, model_id: int, sample_ids: Sequence[str]) -> None:
         for chunk in _chunks(list(sample_ids)):
             self.session.execute(

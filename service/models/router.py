@@ -10,7 +10,7 @@ from service.deps import ModelId, RuntimeDep
 from service.errors import NotFound
 from service.ledger.schemas import BudgetOut
 from service.ledger.service import budget
-from service.models import service
+from service.models import retirement, service
 from service.models.schemas import (
     MethodList,
     ModelIn,
@@ -72,6 +72,25 @@ def get_model(model_id: ModelId, rt: RuntimeDep) -> ModelOut:
         return service.model_out(uow, service.get_model(uow, model_id))
 
 
+@router.delete(
+    "/v1/models/{model_id}",
+    response_model=ModelOut,
+    summary="Delete a model: its training data, vectors and weights go; its history stays",
+    description=(
+        "Erases every copy of the model's data (training arrays and statistics in the artifact store and "
+        "Redis, the weights of every version, its sample rows) and completes the deletion requests still "
+        "waiting on it. Its versions, certificates, ledger and audit log stay readable; predictions, "
+        "weights and new deletions answer 410. Deleting it again answers the same. The dataset keeps "
+        "its own arrays."
+    ),
+    responses=error_responses(404),
+)
+def delete_model(model_id: ModelId, rt: RuntimeDep) -> ModelOut:
+    retirement.delete_model(rt, model_id)
+    with rt.uow() as uow:
+        return service.model_out(uow, service.get_model(uow, model_id))
+
+
 @router.get(
     "/v1/models/{model_id}/versions",
     response_model=VersionList,
@@ -119,7 +138,7 @@ def get_version(
     response_class=Response,
     responses={
         200: {"content": {"application/octet-stream": {}}, "description": "safetensors file"},
-        **error_responses(404, 409),
+        **error_responses(404, 409, 410),
     },
 )
 def download_weights(model_id: ModelId, rt: RuntimeDep) -> Response:
@@ -141,7 +160,7 @@ def download_weights(model_id: ModelId, rt: RuntimeDep) -> Response:
     "/v1/models/{model_id}/predictions",
     response_model=PredictOut,
     summary="Predict with the served version",
-    responses=error_responses(404, 409, 422),
+    responses=error_responses(404, 409, 410, 422),
 )
 def predict(model_id: ModelId, body: PredictIn, rt: RuntimeDep) -> PredictOut:
     with rt.uow() as uow:

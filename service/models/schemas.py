@@ -57,7 +57,7 @@ class ModelIn(Strict):
 
 
 class StatusOut(BaseModel):
-    state: Literal["queued", "training", "ready", "retraining", "failed"]
+    state: Literal["queued", "training", "ready", "retraining", "failed", "deleted"]
     phase: str
     percent: float = Field(description="Progress of the current phase, 0-100")
     eta_seconds: float | None

@@ -13,7 +13,7 @@ import torch
 from service.audit.service import model_chain
 from service.db.tables import Model, ModelVersion
 from service.db.uow import UnitOfWork
-from service.errors import Conflict, NotFound, Unprocessable, from_unlearning_error
+from service.errors import Conflict, Gone, NotFound, Unprocessable, from_unlearning_error
 from service.graphs.models import check_method_data
 from service.graphs.storage import subjects_of
 from service.jobs.state import BlobCache
@@ -220,7 +220,18 @@ def versions_out(versions: list[ModelVersion]) -> list[VersionOut]:
     return [version_out(v, seq_of.get(v.parent_id) if v.parent_id else None) for v in versions]
 
 
+def require_live(model: Model) -> None:
+    """A deleted model answers 410 to everything but reading its history."""
+    if model.status == "deleted":
+        raise Gone(
+            f"model {model.id} was deleted at {model.finished_at:%Y-%m-%dT%H:%M:%SZ}: its weights and data "
+            "are gone (its versions, ledger and audit log remain readable)",
+            code="model_deleted",
+        )
+
+
 def current_version(uow: UnitOfWork, model: Model) -> ModelVersion:
+    require_live(model)
     if model.current_version_id is None:
         raise Conflict(
             f"model {model.id} has no version yet (status {model.status}, {round(100 * model.progress)}% of "
@@ -246,6 +257,7 @@ def current_weights(uow: UnitOfWork, artifacts: ArtifactStore, model: Model) -> 
 
 def serving(uow: UnitOfWork, hot: HotStore, cache: BlobCache, model: Model) -> ServingWeights:
     """The served weights from Redis, republished from the durable stores if Redis lost them."""
+    require_live(model)
     current = hot.get_serving(model.id)
     if current is not None:
         return current

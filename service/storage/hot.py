@@ -76,6 +76,10 @@ class ServingWeights:
     weights: torch.Tensor
 
 
+RETIRED_SEQ = 2**62
+"""The serving pointer's sequence number once a model is deleted: above any version's."""
+
+
 class HotStore:
     def __init__(self, client: redis.Redis, prefix: str) -> None:
         self.client = client
@@ -135,6 +139,16 @@ class HotStore:
             weights=from_bytes(raw[b"weights"], raw[b"dtype"].decode()),
         )
 
+    def retire(self, model_id: int) -> None:
+        """A deleted model: its keys go, and its serving pointer becomes a tombstone (no weights, a sequence
+        number no version reaches) so that a writer racing the deletion cannot publish weights again."""
+        serving = self.key(model_id, "serving")
+        pipe = self.client.pipeline()
+        pipe.delete(serving, self.key(model_id, "update-pending"))
+        pipe.delete(*self._stats_keys(model_id))
+        pipe.hset(serving, mapping={"seq": RETIRED_SEQ, "version_id": 0})
+        pipe.execute()
+
     def claim_update(self, model_id: int, ttl_seconds: int = 30) -> bool:
         """True for the first caller since the model's update job last started: only that caller
         publishes a job; the others' requests are read by the job already on its way."""
@@ -153,10 +167,11 @@ class HotStore:
         raw = reply_hash(self.client.hgetall(self.key(model_id, "stats:meta")))
         return {k.decode(): v.decode() for k, v in raw.items()} if raw else None
 
+    def _stats_keys(self, model_id: int) -> list[str]:
+        return [self.key(model_id, f"stats:{n}") for n in ("meta", "vec", "owner", "osum", "omem")]
+
     def clear_stats(self, model_id: int) -> None:
-        self.client.delete(
-            *(self.key(model_id, f"stats:{n}") for n in ("meta", "vec", "owner", "osum", "omem"))
-        )
+        self.client.delete(*self._stats_keys(model_id))
 
     def load_stats(
         self,

@@ -18,6 +18,8 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -224,3 +226,41 @@ class Client:
 @pytest.fixture()
 def client(api: TestClient) -> Client:
     return Client(api)
+
+
+@dataclass
+class Deployment:
+    """A deployment of its own: database, Redis database, queues and artifact directory, an in-process API
+    (with its dispatcher and reconciler) and no worker; a test starts the workers it needs."""
+
+    env: dict[str, str]
+    runtime: Runtime
+    client: Client
+    var: Path
+
+
+@pytest.fixture()
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    token = new_token()
+    try:
+        with postgres_database(f"lethe_isolated_{token}") as pg, redis_database(token) as redis_url:
+            env = stack.service_env(
+                pg,
+                redis_url,
+                tmp_path / "var",
+                token,
+                auto_migrate="false",
+                dispatcher_interval_seconds="0.2",
+                reconcile_after_seconds="1",
+                torch_threads="1",
+            )
+            engine = make_engine(pg)
+            try:
+                upgrade(engine)
+            finally:
+                engine.dispose()
+            runtime = Runtime(settings_from(env))
+            with TestClient(create_app(runtime=runtime)) as http:
+                yield Deployment(env, runtime, Client(http), tmp_path)
+    except ServersUnavailable as exc:
+        _unavailable(exc)

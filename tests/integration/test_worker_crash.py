@@ -13,64 +13,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from bench import stack
-from bench.stack import ServersUnavailable, new_token, postgres_database, redis_database
-from service.app import create_app
-from service.db.engine import make_engine
-from service.db.migrate import upgrade
-from service.runtime import Runtime
-from tests.integration.conftest import Client, settings_from, wait_for
+from tests.integration.conftest import Deployment, wait_for
 from tests.integration.invariants import assert_applied_exactly_once
 from workers.launcher import worker_argv
 
 pytestmark = pytest.mark.integration
 
 OWNERS = [f"owner-{i:05d}" for i in range(6)]
-
-
-@dataclass
-class Deployment:
-    env: dict[str, str]
-    runtime: Runtime
-    client: Client
-    var: Path
-
-
-@pytest.fixture()
-def deployment(tmp_path: Path) -> Iterator[Deployment]:
-    token = new_token()
-    try:
-        with postgres_database(f"lethe_crash_{token}") as pg, redis_database(token) as redis_url:
-            env = stack.service_env(
-                pg,
-                redis_url,
-                tmp_path / "var",
-                token,
-                auto_migrate="false",
-                dispatcher_interval_seconds="0.2",
-                reconcile_after_seconds="1",
-                torch_threads="1",
-            )
-            engine = make_engine(pg)
-            try:
-                upgrade(engine)
-            finally:
-                engine.dispose()
-            runtime = Runtime(settings_from(env))
-            with TestClient(create_app(runtime=runtime)) as http:
-                yield Deployment(env, runtime, Client(http), tmp_path)
-    except ServersUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
 
 
 def _crashing_worker(deployment: Deployment, point: str) -> subprocess.Popen[bytes]:
