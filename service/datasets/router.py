@@ -13,7 +13,7 @@ from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive
 
-from service.datasets import service
+from service.datasets import deletion, service
 from service.datasets.schemas import BUNDLED, BundledDatasetIn, BundledList, DatasetList, DatasetOut
 from service.db.tables import Dataset as DatasetRow
 from service.deps import DatasetId, RuntimeDep
@@ -68,7 +68,8 @@ def _out(row: DatasetRow) -> DatasetOut:
         feature_shape=row.feature_shape,
         erased_rows=row.erased_rows,
         created_at=row.created_at,
-        **graphs.out_fields(row.arrays),
+        **{**graphs.out_fields(row.arrays), "kind": row.kind},
+        deleted_at=row.deleted_at,
     )
 
 
@@ -288,6 +289,24 @@ def list_datasets(
     return DatasetList(
         datasets=[_out(r) for r in rows], next_after_id=rows[-1].id if len(rows) == limit else None
     )
+
+
+@router.delete(
+    "/{dataset_id}",
+    response_model=DatasetOut,
+    summary="Delete a dataset: its rows go from the artifact store; its record stays",
+    description=(
+        "Only a dataset no live model uses (delete those first: DELETE /v1/models/{id}); otherwise 409. "
+        "Deleting it again answers the same."
+    ),
+    responses=error_responses(404, 409),
+)
+def delete_dataset(dataset_id: DatasetId, rt: RuntimeDep) -> DatasetOut:
+    deletion.delete_dataset(rt, dataset_id)
+    with rt.uow() as uow:
+        row = uow.datasets.get(dataset_id)
+    assert row is not None
+    return _out(row)
 
 
 @router.get(

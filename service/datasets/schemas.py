@@ -62,6 +62,9 @@ class DatasetOut(BaseModel):
     )
     num_edges: int | None = Field(None, description="Graphs: undirected edges")
     num_graphs: int | None = Field(None, description="Graph collections: graphs")
+    deleted_at: datetime | None = Field(
+        None, description="When the dataset was deleted (DELETE /v1/datasets/{id}): its rows are gone"
+    )
 
 
 class DatasetList(BaseModel):

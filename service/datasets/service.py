@@ -228,6 +228,7 @@ def add_dataset_row(
             feature_shape=feature_shape,
             arrays=arrays,
             erased_rows=0,
+            kind=str(arrays.get("kind", "table")),
         )
     )
     uow.refs.hold(dataset_holder(row.id), digests(arrays))

@@ -50,6 +50,9 @@ class Dataset(Base):
     ]  # bucket manifest (service.storage.buckets); None once every row is erased
     erased_rows: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32), default="table", server_default="table")
+    # table | node_graph | graph_collection
+    deleted_at: Mapped[datetime | None] = mapped_column(default=None)  # DELETE /v1/datasets/{id}
 
 
 class Model(Base):

@@ -63,6 +63,14 @@ class ModelRepository:
             stmt = stmt.where(Model.id > after_id)
         return list(self.session.scalars(stmt))
 
+    def live_on_dataset(self, dataset_id: int) -> builtins.list[int]:
+        """The models registered on the dataset that are not deleted."""
+        return list(
+            self.session.scalars(
+                select(Model.id).where(Model.dataset_id == dataset_id, Model.status != "deleted").order_by(Model.id)
+            )
+        )
+
     def count(self) -> int:
         return int(self.session.scalar(select(func.count()).select_from(Model)) or 0)
 

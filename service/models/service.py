@@ -85,6 +85,8 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
             f"dataset {body.dataset_id} does not exist: upload one with POST /v1/datasets first",
             code="unknown_dataset",
         )
+    if dataset.deleted_at is not None:
+        raise Unprocessable(f"dataset {body.dataset_id} was deleted: upload it again", code="dataset_deleted")
     if dataset.arrays is None:
         raise Unprocessable(
             f"dataset {body.dataset_id} has no rows left (every subject was erased)", code="empty_dataset"

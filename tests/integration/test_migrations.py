@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from contextlib import nullcontext
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from bench.stack import new_token, postgres_database
 from service.db.base import Base
 from service.db.engine import make_engine
-from service.db.migrate import current_revision, head_revision
+from service.db.migrate import alembic_config, current_revision, head_revision
 
 pytestmark = pytest.mark.integration
 
@@ -44,3 +50,49 @@ def test_the_comparison_detects_drift(migrated: str) -> None:
     drifted.tables["models"].append_column(sa.Column("extra_column", sa.Integer(), nullable=True))
     diff = _diff(migrated, drifted)
     assert any(d[0] == "add_column" and d[3].name == "extra_column" for d in diff)
+
+
+def _upgrade_to(engine: sa.Engine, revision: str) -> None:
+    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_0003_gives_existing_datasets_the_kind_their_manifest_names(backend: str, tmp_path: Path) -> None:
+    """Rows written before 0003 kept the kind only in the manifest; the migration copies it to the column."""
+    token = new_token()
+    with (
+        postgres_database(f"lethe_migration_{token}")
+        if backend == "postgresql"
+        else nullcontext(f"sqlite:///{tmp_path / 'lethe.db'}") as url
+    ):
+        engine = make_engine(url)
+        try:
+            _upgrade_to(engine, "0002")
+            rows = [("t", {"buckets": {}}), ("g", {"kind": "graph_collection", "buckets": {}}), ("e", None)]
+            with engine.begin() as conn:
+                for name, arrays in rows:
+                    conn.execute(
+                        sa.text(
+                            "INSERT INTO datasets (name, source, format, num_rows, num_classes, feature_shape, "
+                            "arrays, erased_rows, created_at) VALUES (:n, 'upload', 'csv', 1, 2, :shape, :arrays, "
+                            "0, CURRENT_TIMESTAMP)"
+                        ),
+                        {
+                            "n": name,
+                            "shape": json.dumps([3]),
+                            "arrays": None if arrays is None else json.dumps(arrays),
+                        },
+                    )
+            _upgrade_to(engine, "head")
+            with engine.connect() as conn:
+                kinds = dict(conn.execute(sa.text("SELECT name, kind FROM datasets")).all())
+                deleted = conn.execute(
+                    sa.text("SELECT count(*) FROM datasets WHERE deleted_at IS NULL")
+                ).scalar()
+        finally:
+            engine.dispose()
+    assert kinds == {"t": "table", "g": "graph_collection", "e": "table"}
+    assert deleted == 3

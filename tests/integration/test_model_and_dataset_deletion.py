@@ -1,5 +1,6 @@
 """DELETE /v1/models/{id}: every copy of the model's data goes (artifact store, Redis, sample rows, the
-weights of every version), its history stays readable, and what still waited on it completes."""
+weights of every version), its history stays readable, and what still waited on it completes.
+DELETE /v1/datasets/{id}: once no live model uses it, its rows go and its record stays."""
 
 from __future__ import annotations
 
@@ -105,3 +106,39 @@ def test_the_reconciler_finishes_a_deletion_cut_off_between_its_two_steps(deploy
     reconcile(runtime)
     assert client.deletion(request_id)["state"] == "completed"
     assert client.http.get(f"/v1/models/{model_id}").json()["status"]["state"] == "deleted"
+
+
+def test_a_dataset_is_deleted_once_no_live_model_uses_it(client: Client, runtime: Runtime) -> None:
+    dataset_id = client.dataset(n=60, samples_per_owner=2)
+    model_id = client.model(dataset_id)
+    client.ready(model_id)
+    blobs = _held(runtime, f"dataset:{dataset_id}")
+    assert blobs and all(runtime.artifacts.exists(b) for b in blobs)
+
+    refused = client.http.delete(f"/v1/datasets/{dataset_id}")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "dataset_in_use"
+    assert f"[{model_id}]" in refused.json()["error"]["message"]
+    assert all(runtime.artifacts.exists(b) for b in blobs)
+
+    assert client.http.delete(f"/v1/models/{model_id}").status_code == 200
+    r = client.http.delete(f"/v1/datasets/{dataset_id}")
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["deleted_at"] is not None and out["num_rows"] == 0 and out["erased_rows"] == 60
+    assert out["kind"] == "table"
+    assert not any(runtime.artifacts.exists(b) for b in blobs)  # neither the model nor the dataset holds them
+    assert _held(runtime, f"dataset:{dataset_id}") == set()
+    assert client.http.get(f"/v1/datasets/{dataset_id}").json()["deleted_at"] == out["deleted_at"]
+    assert client.http.delete(f"/v1/datasets/{dataset_id}").json() == out  # again: the same answer
+    registered = client.http.post("/v1/models", json={"name": "x", "dataset_id": dataset_id})
+    assert registered.status_code == 422 and registered.json()["error"]["code"] == "dataset_deleted"
+    events = client.http.get("/v1/audit/events", params={"event_type": "dataset.deleted"}).json()["events"]
+    assert any(e["payload"]["dataset_id"] == dataset_id for e in events)
+    assert client.http.delete("/v1/datasets/987654").status_code == 404
+
+
+def test_a_deleted_graph_dataset_keeps_its_kind(client: Client) -> None:
+    r = client.http.post("/v1/datasets/bundled", json={"name": "cora"})
+    assert r.status_code == 201, r.text
+    out = client.http.delete(f"/v1/datasets/{r.json()['id']}").json()
+    assert out["kind"] == "node_graph" and out["deleted_at"] is not None and out["num_rows"] == 0

@@ -1,0 +1,66 @@
+"""Deleting a dataset: its rows leave the artifact store; its record (name, sizes, when) and the audit log
+stay. Only a dataset that no live model uses: a model holds its own copy of the rows (often the same
+blobs), and deleting the model (``DELETE /v1/models/{id}``, :mod:`service.models.retirement`) is how
+that copy goes.
+
+Two transactions, so that no blob is unlinked while a committed row still counts on it: the first (under
+the dataset's row lock, which registration takes too) checks that no live model uses the dataset, marks
+it deleted and releases its artifact references; the second unlinks the blobs nothing else holds and
+drops the manifest. Deleting it again runs the second step again (a crash between the two leaves
+unreferenced blobs, which the orphan sweep also removes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from service.audit.service import SYSTEM_CHAIN
+from service.db.base import utcnow
+from service.errors import Conflict, NotFound
+from service.jobs.completion import collect_garbage
+from service.jobs.versions import dataset_holder
+from service.storage.buckets import digests
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+
+def delete_dataset(rt: Runtime, dataset_id: int) -> None:
+    _mark_deleted(rt, dataset_id)
+    _erase(rt, dataset_id)
+
+
+def _mark_deleted(rt: Runtime, dataset_id: int) -> None:
+    with rt.uow() as uow:
+        row = uow.datasets.lock(dataset_id)
+        if row is None:
+            raise NotFound(f"dataset {dataset_id} does not exist")
+        if row.deleted_at is not None:
+            return
+        live = uow.models.live_on_dataset(dataset_id)
+        if live:
+            raise Conflict(
+                f"dataset {dataset_id} is used by model(s) {live}, which hold copies of its rows: delete "
+                "them first (DELETE /v1/models/{id}), then the dataset",
+                code="dataset_in_use",
+            )
+        released = uow.refs.release(dataset_holder(dataset_id))
+        row.deleted_at = utcnow()
+        uow.audit.append(
+            SYSTEM_CHAIN,
+            "dataset.deleted",
+            payload={"dataset_id": dataset_id, "rows": row.num_rows, "blobs_released": len(released)},
+        )
+        uow.commit()
+
+
+def _erase(rt: Runtime, dataset_id: int) -> None:
+    with rt.uow() as uow:
+        row = uow.datasets.lock(dataset_id)
+        if row is None or row.deleted_at is None:
+            return
+        blobs = digests(row.arrays)
+        row.erased_rows += row.num_rows
+        row.num_rows, row.arrays = 0, None
+        collect_garbage(uow, rt.artifacts, blobs)  # last: the collection lock is held only for the unlinks
+        uow.commit()
