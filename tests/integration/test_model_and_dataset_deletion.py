@@ -23,6 +23,17 @@ def _held(runtime: Runtime, holder: str) -> set[str]:
         return set(uow.session.scalars(select(ArtifactRef.blob).where(ArtifactRef.holder == holder)))
 
 
+def _held_only_by(runtime: Runtime, *holders: str) -> set[str]:
+    """The blobs ``holders`` hold and nobody else does (blobs are content-addressed: another model trained
+    alike holds the same weights, and a deletion must leave those)."""
+    with runtime.uow() as uow:
+        rows = uow.session.execute(select(ArtifactRef.blob, ArtifactRef.holder))
+        by_blob: dict[str, set[str]] = {}
+        for blob, holder in rows:
+            by_blob.setdefault(blob, set()).add(holder)
+    return {blob for blob, held_by in by_blob.items() if held_by <= set(holders)}
+
+
 def test_deleting_a_model_erases_its_data_and_keeps_its_history(client: Client, runtime: Runtime) -> None:
     model_id = client.trained(n=120, samples_per_owner=2)
     dataset_id = client.http.get(f"/v1/models/{model_id}").json()["dataset_id"]
@@ -31,10 +42,10 @@ def test_deleting_a_model_erases_its_data_and_keeps_its_history(client: Client, 
         client.http.post(f"/v1/models/{model_id}/predictions", json={"sample_ids": ["syn-00010"]}).status_code
         == 200
     )
-    model_blobs = _held(runtime, f"model:{model_id}")
     dataset_blobs = _held(runtime, f"dataset:{dataset_id}")
-    own = model_blobs - dataset_blobs  # weights, statistics: the model's alone
+    own = _held_only_by(runtime, f"model:{model_id}")  # its weights and statistics, at least
     assert own and all(runtime.artifacts.exists(b) for b in own)
+    shared = _held(runtime, f"model:{model_id}") - own
     versions_before = client.http.get(f"/v1/models/{model_id}/versions").json()["versions"]
 
     r = client.http.delete(f"/v1/models/{model_id}")
@@ -43,7 +54,7 @@ def test_deleting_a_model_erases_its_data_and_keeps_its_history(client: Client, 
 
     # Gone from every store: the artifact store (what the dataset does not hold), Redis, the samples table.
     assert not any(runtime.artifacts.exists(b) for b in own)
-    assert all(runtime.artifacts.exists(b) for b in dataset_blobs)
+    assert all(runtime.artifacts.exists(b) for b in dataset_blobs | shared)  # others still hold these
     assert _held(runtime, f"model:{model_id}") == set()
     redis_keys = {k.decode() for k in runtime.hot.client.scan_iter(match=runtime.hot.key(model_id, "*"))}
     assert redis_keys == {runtime.hot.key(model_id, "serving")}  # the tombstone, without weights
@@ -112,7 +123,7 @@ def test_a_dataset_is_deleted_once_no_live_model_uses_it(client: Client, runtime
     dataset_id = client.dataset(n=60, samples_per_owner=2)
     model_id = client.model(dataset_id)
     client.ready(model_id)
-    blobs = _held(runtime, f"dataset:{dataset_id}")
+    blobs = _held_only_by(runtime, f"dataset:{dataset_id}", f"model:{model_id}")
     assert blobs and all(runtime.artifacts.exists(b) for b in blobs)
 
     refused = client.http.delete(f"/v1/datasets/{dataset_id}")
