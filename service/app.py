@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -19,11 +19,12 @@ from service import metrics
 from service.audit.router import router as audit_router
 from service.datasets.router import router as datasets_router
 from service.deletions.router import router as deletions_router
+from service.deps import authorized
 from service.errors import ApiError, from_unlearning_error
 from service.health.router import router as health_router
 from service.models.router import router as models_router
 from service.runtime import Runtime
-from service.schemas import ErrorBody
+from service.schemas import ErrorBody, error_responses
 from service.settings import Settings
 from unlearning.errors import UnlearningError
 
@@ -54,6 +55,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         rt = runtime or Runtime(settings or Settings())
         app.state.runtime = rt
         rt.start()
+        if rt.settings.mode == "production" and not rt.settings.api_token_list:
+            log.warning("LETHE_API_TOKENS is not set: the /v1 API answers anyone who can reach it")
         if rt.settings.effective_demo_model:
             from service.demo import ensure_demo
 
@@ -64,8 +67,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             rt.stop()
 
     app = FastAPI(title="Lethe", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
-    for router in (health_router, datasets_router, models_router, deletions_router, audit_router):
-        app.include_router(router)
+    app.include_router(health_router)  # probes and metrics answer without a token
+    for router in (datasets_router, models_router, deletions_router, audit_router):
+        app.include_router(router, dependencies=[Depends(authorized)], responses=error_responses(401))
     _install_error_handlers(app)
     app.add_middleware(MetricsMiddleware)
     _document_errors(app)
@@ -110,7 +114,7 @@ def _document_errors(app: FastAPI) -> None:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(UnlearningError)
     async def unlearning_error(_: Request, exc: UnlearningError) -> JSONResponse:

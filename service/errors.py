@@ -6,7 +6,7 @@ to change so that the request succeeds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from unlearning.errors import (
     AlreadyDeletedError,
@@ -18,6 +18,7 @@ from unlearning.errors import (
 class ApiError(Exception):
     status = 400
     code = "bad_request"
+    headers: ClassVar[dict[str, str] | None] = None
 
     def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
         super().__init__(message)
@@ -35,6 +36,11 @@ class ApiError(Exception):
 
 class BadRequest(ApiError):
     status, code = 400, "bad_request"
+
+
+class Unauthorized(ApiError):
+    status, code = 401, "unauthorized"
+    headers: ClassVar[dict[str, str] | None] = {"WWW-Authenticate": "Bearer"}
 
 
 class NotFound(ApiError):

@@ -38,6 +38,7 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the error statuses a route can answer."""
     text = {
         400: "Malformed request",
+        401: "Missing or unknown bearer token (only when LETHE_API_TOKENS is set)",
         404: "Not found",
         409: "Conflicts with the current state",
         410: "Gone: the model was deleted",

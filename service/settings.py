@@ -16,6 +16,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+MIN_TOKEN_LENGTH = 16
+
 
 class Settings(BaseSettings):
     """All knobs of the service; read once at start-up and passed around explicitly."""
@@ -38,6 +40,8 @@ class Settings(BaseSettings):
     demo_model: bool | None = None
 
     subject_hash_key: str | None = None
+    # Bearer tokens any one of which a /v1 request must present (comma-separated); unset: no check.
+    api_tokens: str | None = None
     redis_prefix: str = "lethe"
     celery_queue: str = "lethe"
 
@@ -63,6 +67,22 @@ class Settings(BaseSettings):
     # unset: CUDA_VISIBLE_DEVICES, else the /dev/nvidia<N> files) and the CPU worker's threads.
     gpus: str | None = None
     worker_concurrency: int = Field(4, ge=1, le=256)
+
+    @property
+    def api_token_list(self) -> tuple[bytes, ...]:
+        """The accepted bearer tokens, as bytes for a constant-time comparison."""
+        return tuple(t.strip().encode() for t in (self.api_tokens or "").split(",") if t.strip())
+
+    @model_validator(mode="after")
+    def _tokens_are_strong(self) -> Settings:
+        weak = [t for t in self.api_token_list if len(t) < MIN_TOKEN_LENGTH or any(c in t for c in b" \t")]
+        if weak:
+            raise ValueError(
+                f"LETHE_API_TOKENS: {len(weak)} token(s) shorter than {MIN_TOKEN_LENGTH} characters or holding "
+                "whitespace; use long random values (for example `python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'`), separated by commas"
+            )
+        return self
 
     @model_validator(mode="after")
     def _production_needs_servers(self) -> Settings:
