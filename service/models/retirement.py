@@ -12,9 +12,9 @@ completed while its subject's bytes are still on disk:
 
 1. :func:`retire` (under the model lock): status ``deleted``, every artifact reference of the model
    released, its ``samples`` rows deleted, an audit event; commit. From here on no job touches the model
-   (each checks the status under the same lock) and Redis is cleared, with a tombstone that keeps a
-   racing writer from publishing weights again.
-2. :func:`erase_retired`: unlink the blobs nothing else holds (under the collection lock), clear the
+   (each checks the status under the same lock).
+2. :func:`erase_retired`: clear Redis (with a tombstone serving pointer that keeps a racing writer from
+   publishing weights again), unlink the blobs nothing else holds (under the collection lock), clear the
    model's and its versions' blob pointers, and complete the requests that were still waiting (their
    subject is gone with the model); commit. It is idempotent, and the reconciler runs it again for a
    deleted model that still has waiting requests (a process that died between the two steps); blobs
@@ -49,7 +49,6 @@ WAITING = ("queued", "awaiting_retrain", "retraining", "applied")
 def delete_model(rt: Runtime, model_id: int) -> None:
     """Both steps; deleting a deleted model again is a no-op (the erase step runs again, harmlessly)."""
     retire(rt, model_id)
-    rt.hot.retire(model_id)
     erase_retired(rt, model_id)
 
 
@@ -79,6 +78,7 @@ def erase_retired(rt: Runtime, model_id: int) -> None:
         model = uow.models.lock(model_id)
         if model is None or model.status != DELETED:
             return
+        rt.hot.retire(model_id)  # under the lock, before the waiting requests can count as completed
         blobs = _named_blobs(uow, model)
         now = utcnow()
         waiting = uow.deletions.in_states(model_id, WAITING)
