@@ -40,14 +40,6 @@ class AttackResult:
     num_members: int
     num_nonmembers: int
 
-    def to_dict(self, prefix: str = "") -> dict[str, float]:
-        return {
-            f"{prefix}auc": self.auc,
-            f"{prefix}advantage": self.advantage,
-            f"{prefix}num_members": float(self.num_members),
-            f"{prefix}num_nonmembers": float(self.num_nonmembers),
-        }
-
 
 def _losses(values: np.ndarray | list[float], what: str) -> np.ndarray:
     out = np.asarray(values, dtype=np.float64).reshape(-1)
