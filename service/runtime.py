@@ -35,7 +35,7 @@ class Runtime:
         self.artifacts = LocalArtifactStore(settings.effective_artifact_dir, durable=settings.artifact_fsync)
         self.hot = HotStore(connect(settings.redis_url), settings.redis_prefix)
         self.hasher = SubjectHasher(settings.effective_subject_hash_key)
-        self.cache = BlobCache(self.artifacts)
+        self.cache = BlobCache(self.artifacts, ttl_seconds=settings.cache_ttl_seconds)
         self.queue: TaskQueue = self._make_queue()
         self.dispatcher = Dispatcher(self)
         self._intake: DeletionIntake | None = None

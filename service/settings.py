@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     max_batch: int = Field(10_000, ge=1)
     max_buckets: int = Field(4096, ge=1, le=65_536)
     idempotency_ttl_hours: float = Field(24.0, gt=0)
+    # decoded blobs (rows, vectors, weights) stay in a process's memory cache at most this long
+    cache_ttl_seconds: float = Field(300.0, gt=0)
 
     dispatcher_interval_seconds: float = Field(0.5, gt=0)
     reconcile_after_seconds: float = Field(5.0, gt=0)

@@ -62,5 +62,5 @@ def _erase(rt: Runtime, dataset_id: int) -> None:
         blobs = digests(row.arrays)
         row.erased_rows += row.num_rows
         row.num_rows, row.arrays = 0, None
-        collect_garbage(uow, rt.artifacts, blobs)  # last: the collection lock is held only for the unlinks
+        collect_garbage(uow, rt, blobs)  # last: the collection lock is held only for the unlinks
         uow.commit()

@@ -50,15 +50,18 @@ def delete_blobs(artifacts: ArtifactStore, blobs: Collection[str]) -> None:
         list(pool.map(artifacts.delete, blobs))
 
 
-def collect_garbage(uow: UnitOfWork, artifacts: ArtifactStore, blobs: Collection[str]) -> None:
-    """Delete those of ``blobs`` that no row references. The lock it takes keeps any new reference from
-    committing until ``uow`` ends (service.storage.refs): a blob another writer relies on either shows
-    up referenced here, or that writer finds it gone at its commit and writes it again. End ``uow``
-    soon after, so that writers' commits do not wait."""
+def collect_garbage(uow: UnitOfWork, rt: Runtime, blobs: Collection[str]) -> None:
+    """Delete those of ``blobs`` that no row references, from the artifact store and from this process's
+    memory cache (other processes drop them within ``LETHE_CACHE_TTL_SECONDS``). The lock it takes
+    keeps any new reference from committing until ``uow`` ends (service.storage.refs): a blob another
+    writer relies on either shows up referenced here, or that writer finds it gone at its commit and
+    writes it again. End ``uow`` soon after, so that writers' commits do not wait."""
     if not blobs:
         return
     uow.refs.lock_for_collection()
-    delete_blobs(artifacts, uow.refs.unreferenced(blobs))
+    unreferenced = uow.refs.unreferenced(blobs)
+    delete_blobs(rt.artifacts, unreferenced)
+    rt.cache.forget(unreferenced)
 
 
 def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion | None = None) -> None:
@@ -87,7 +90,7 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
         publish(rt, model_id, current)
         now = utcnow()
         requests = _complete(uow, model_id, version_id, version.seq, now)
-        collect_garbage(uow, rt.artifacts, version.garbage)
+        collect_garbage(uow, rt, version.garbage)
         uow.commit()
     for request in requests:
         metrics.observe_completed(request.created_at, now)

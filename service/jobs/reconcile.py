@@ -65,6 +65,7 @@ def sweep_orphans(rt: Runtime) -> list[str]:
             yield set(digests) - uow.refs.unreferenced(digests)
 
     removed = rt.artifacts.sweep(rt.settings.orphan_grace_seconds, referenced)
+    rt.cache.forget(removed)
     if removed:
         metrics.ORPHAN_BLOBS_REMOVED.inc(len(removed))
         log.info("removed %d blobs no row held", len(removed))

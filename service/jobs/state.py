@@ -14,8 +14,9 @@ import hashlib
 import inspect
 import json
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,33 +35,83 @@ from unlearning.data import Dataset
 from unlearning.methods.protocol import BudgetPolicy, MethodState, PrivacyTarget, StatisticsSnapshot
 from unlearning.serialization import json_restore, json_safe  # noqa: F401  (re-exported for the jobs)
 
+_BLOB_KINDS = ("artifact", "weights", "bucket", "graph")
+
 
 class BlobCache:
-    """Decoded blobs (LRU, bounded in bytes). Blobs are immutable, so a cached value is never stale."""
+    """Decoded blobs (LRU, bounded in bytes). Blobs are immutable, so a cached value is never stale.
 
-    def __init__(self, artifacts: ArtifactStore, max_bytes: int = 512 * 1024 * 1024) -> None:
+    But a blob can hold the rows or vectors of a subject erased since, so a cached value also has a
+    lifetime: ``ttl_seconds`` after it was loaded it is dropped (:meth:`prune_expired`, run by each
+    process's dispatcher, and on the next read), and the process that deletes a blob drops it at once
+    (:meth:`forget`). An erased subject's bytes therefore leave every process's memory within the TTL.
+    """
+
+    def __init__(
+        self,
+        artifacts: ArtifactStore,
+        max_bytes: int = 512 * 1024 * 1024,
+        ttl_seconds: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._artifacts = artifacts
         self._max = max_bytes
-        self._items: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
+        self._ttl = ttl_seconds
+        self._clock = clock
+        # (kind, key) -> (value, bytes, expiry); a blob's key is its digest, an assembled dataset's its
+        # manifest's bucket map, with the digests it was read from in ``_parts``
+        self._items: OrderedDict[tuple[str, str], tuple[Any, int, float]] = OrderedDict()
+        self._parts: dict[str, frozenset[str]] = {}
         self._size = 0
         self._lock = threading.Lock()
 
     def _get(self, kind: str, key: str, load: Callable[[], Any], size: Callable[[Any], int]) -> Any:
         with self._lock:
             hit = self._items.get((kind, key))
-            if hit is not None:
+            if hit is not None and hit[2] > self._clock():
                 self._items.move_to_end((kind, key))
                 return hit[0]
+            if hit is not None:
+                self._drop((kind, key))
         value = load()
         nbytes = size(value)
         with self._lock:
             if (kind, key) not in self._items:
-                self._items[(kind, key)] = (value, nbytes)
+                self._items[(kind, key)] = (value, nbytes, self._clock() + self._ttl)
                 self._size += nbytes
             while self._size > self._max and len(self._items) > 1:
-                _, (_, dropped) = self._items.popitem(last=False)
-                self._size -= dropped
+                self._drop(next(iter(self._items)))
         return value
+
+    def _drop(self, item: tuple[str, str]) -> None:
+        self._size -= self._items.pop(item)[1]
+        if item[0] == "dataset":
+            self._parts.pop(item[1], None)
+
+    def prune_expired(self) -> int:
+        """Drop every value older than the TTL; returns how many."""
+        now = self._clock()
+        with self._lock:
+            expired = [item for item, (_, _, expiry) in self._items.items() if expiry <= now]
+            for item in expired:
+                self._drop(item)
+        return len(expired)
+
+    def forget(self, digests: Iterable[str]) -> None:
+        """Drop the values of deleted blobs, and the assembled datasets that contain any of them."""
+        gone = set(digests)
+        if not gone:
+            return
+        with self._lock:
+            doomed = [(kind, d) for d in gone for kind in _BLOB_KINDS if (kind, d) in self._items]
+            doomed += [("dataset", key) for key, parts in self._parts.items() if parts & gone]
+            for item in doomed:
+                self._drop(item)
+
+    def cached(self) -> set[tuple[str, str]]:
+        """(kind, key) of every value held now."""
+        with self._lock:
+            return set(self._items)
 
     def artifact(self, digest: str) -> torch.Tensor:
         load = lambda: decode_artifact(self._artifacts.get(digest))
@@ -100,7 +151,11 @@ class BlobCache:
             return self._get("graph", digest, lambda: decode_graph(self._artifacts.get(digest)), graph_nbytes)
         key = json.dumps(manifest["buckets"], sort_keys=True)
         load = lambda: _assemble(read_rows(self.bucket, manifest), manifest)
-        return self._get("dataset", key, load, lambda d: d.features.nbytes)
+        value = self._get("dataset", key, load, lambda d: d.features.nbytes)
+        with self._lock:
+            if ("dataset", key) in self._items:
+                self._parts.setdefault(key, frozenset(manifest["buckets"].values()))
+        return value
 
 
 def _assemble(rows: Bucket, manifest: Mapping[str, Any]) -> Dataset:

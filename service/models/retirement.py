@@ -94,7 +94,7 @@ def erase_retired(rt: Runtime, model_id: int) -> None:
             .where(ModelVersion.model_id == model_id, ModelVersion.weights_purged_at.is_(None))
             .values(weights_purged_at=now)
         )
-        collect_garbage(uow, rt.artifacts, blobs)  # last: the collection lock is held only for the unlinks
+        collect_garbage(uow, rt, blobs)  # last: the collection lock is held only for the unlinks
         uow.commit()
 
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _BATCH = 200
+_PRUNE_SECONDS = 5.0  # how often expired values leave the blob cache (service.jobs.state.BlobCache)
 
 
 def _due(last: float | None, every_seconds: float) -> bool:
@@ -42,6 +43,7 @@ class Dispatcher:
         # the monotonic clock counts from boot, and a machine up for less than the interval would wait.
         self._last_sweep: float | None = None
         self._last_orphan_sweep: float | None = None
+        self._last_prune: float | None = None
         self._orphan_sweeper: threading.Thread | None = None
 
     def kick(self) -> None:
@@ -142,6 +144,9 @@ class Dispatcher:
                 if _due(self._last_sweep, self._rt.settings.reconcile_after_seconds):
                     self._last_sweep = time.monotonic()
                     self.sweep()
+                if _due(self._last_prune, _PRUNE_SECONDS):
+                    self._last_prune = time.monotonic()
+                    self._rt.cache.prune_expired()
                 if _due(self._last_orphan_sweep, self._rt.settings.orphan_sweep_seconds):
                     self._last_orphan_sweep = time.monotonic()
                     self._sweep_orphans_aside()

@@ -60,7 +60,7 @@ def garbage_of_another_holder(rt: Runtime) -> tuple[bytes, str]:
 
 def collect(rt: Runtime, blobs: list[str]) -> None:
     with rt.uow() as uow:
-        collect_garbage(uow, rt.artifacts, blobs)
+        collect_garbage(uow, rt, blobs)
         uow.commit()
 
 

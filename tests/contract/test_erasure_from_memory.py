@@ -1,0 +1,57 @@
+"""A completed deletion's blobs leave the memory of the process that deleted them, not only the disk: the
+decoded buckets (the subject's rows), and every assembled dataset built from them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.runtime import Runtime
+from service.storage.buckets import bucket_of
+from tests.contract.conftest import embedded_runtime_in, train_small_model
+
+
+@pytest.fixture()
+def fresh(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
+    runtime = embedded_runtime_in(tmp_path)
+    with TestClient(create_app(runtime=runtime)) as client:
+        train_small_model(client)
+        yield client, runtime
+
+
+def test_the_forgotten_owner_s_rows_leave_the_cache_with_their_blobs(
+    fresh: tuple[TestClient, Runtime],
+) -> None:
+    client, runtime = fresh
+    with runtime.uow() as uow:
+        model = uow.models.get(1)
+        assert model is not None and model.training is not None
+        samples = uow.models.samples_of_owners(1, ["owner-00004"])["owner-00004"]
+        key = bucket_of("owner-00004", int(model.training["num_buckets"]))
+        bucket = model.training["buckets"][key]
+    # Predictions by id read the model's rows through the cache: the owner's bucket is in memory now.
+    assert client.post("/v1/models/1/predictions", json={"sample_ids": samples}).status_code == 200
+    assert ("bucket", bucket) in runtime.cache.cached()
+    assert any(kind == "dataset" for kind, _ in runtime.cache.cached())
+
+    r = client.post(
+        "/v1/models/1/deletions",
+        json={"owner_ids": ["owner-00004"]},
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 30
+    while client.get(f"/v1/deletions/{r.json()['id']}").json()["state"] != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+    assert not runtime.artifacts.exists(bucket)
+    cached = runtime.cache.cached()
+    assert ("bucket", bucket) not in cached
+    assert not any(kind == "dataset" and bucket in key for kind, key in cached)
