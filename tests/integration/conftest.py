@@ -192,7 +192,7 @@ class Client:
     def ready(self, model_id: int, timeout: float = 120) -> dict[str, Any]:
         def state() -> dict[str, Any] | None:
             m = self.http.get(f"/v1/models/{model_id}").json()
-            assert m["status"]["state"] != "failed", m["status"]
+            assert m["status"]["state"] != "failed", m["status"]["error"]
             return m if m["status"]["state"] == "ready" else None
 
         return wait_for(state, timeout, 0.1, f"model {model_id} to be ready")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from unlearning.errors import InvalidConfigError
 from unlearning.methods.protocol import UnlearningMethod
 
@@ -15,25 +17,32 @@ def register(method: UnlearningMethod) -> UnlearningMethod:
 
 _SUPPORT_MODULES = frozenset({"protocol", "registry", "statistics"})
 _discovered = False
+_discovering = threading.Lock()
 
 
 def _load() -> None:
     """Import every method module of this package once; each registers itself on import.
 
-    Discovery means adding a method is adding one module: nothing else names it.
+    Discovery means adding a method is adding one module: nothing else names it. Under a lock, and
+    marked done only once every module imported: a worker's threads start jobs at the same moment, and
+    one that found discovery "done" while another thread was still importing saw an empty registry
+    ("unknown method 'hessian_free'; choose one of []").
     """
     global _discovered
     if _discovered:
         return
-    _discovered = True
-    import importlib
-    import pkgutil
+    with _discovering:
+        if _discovered:
+            return
+        import importlib
+        import pkgutil
 
-    import unlearning.methods as package
+        import unlearning.methods as package
 
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name not in _SUPPORT_MODULES and not info.name.startswith("_"):
-            importlib.import_module(f"{package.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(package.__path__):
+            if info.name not in _SUPPORT_MODULES and not info.name.startswith("_"):
+                importlib.import_module(f"{package.__name__}.{info.name}")
+        _discovered = True
 
 
 def get_method(name: str) -> UnlearningMethod:
