@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from service.deletions import service
 from service.deletions.schemas import (
     BulkIn,
     BulkOut,
+    DatasetDeletionOut,
     DeletionAccepted,
     DeletionIn,
     DeletionList,
     DeletionOut,
     State,
 )
-from service.deps import ModelId, RequestId, RuntimeDep
+from service.deps import DatasetId, ModelId, RequestId, RuntimeDep
 from service.idempotency import service as idempotency
 from service.models.service import get_model
 from service.schemas import MAX_DB_INT, error_responses
@@ -72,6 +75,41 @@ async def submit_bulk(
     Idempotency-Key covers the whole submission."""
 
     return _respond(await rt.deletion_intake().submit_bulk(model_id, idempotency_key, body))
+
+
+@router.post(
+    "/v1/datasets/{dataset_id}/deletions",
+    status_code=202,
+    response_model=DatasetDeletionOut,
+    summary="Forget a subject in every model trained on a dataset",
+    responses={
+        207: {"model": DatasetDeletionOut, "description": "Some models rejected the deletion"},
+        **error_responses(400, 404, 409, 422),
+    },
+)
+async def submit_dataset_deletion(
+    dataset_id: DatasetId, body: DeletionIn, rt: RuntimeDep, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """The same deletion submitted to every model registered on the dataset that takes deletions, one
+    request per model (each applied by its model's updates, which also erase the rows from the
+    dataset). Answers 202 when every model accepted it, 207 otherwise, with each model's outcome. The
+    Idempotency-Key works per model: a retry with the same key and body replays each model's answer
+    (and reaches a model registered on the dataset since). No such model: 409."""
+    key = idempotency.check_key(idempotency_key)
+
+    def models() -> list[int]:
+        with rt.uow() as uow:
+            return service.fan_out_models(uow, dataset_id)
+
+    targets = await run_in_threadpool(models)
+    intake = rt.deletion_intake()
+    answers = await asyncio.gather(
+        *(intake.submit(model_id, key, body) for model_id in targets), return_exceptions=True
+    )
+    outcomes = [service.as_outcome(answer) for answer in answers]
+    status, report = service.fan_out_report(dataset_id, targets, outcomes)
+    replayed = {"Idempotent-Replayed": "true"} if all(o.replayed for o in outcomes) else {}
+    return JSONResponse(report, status_code=status, headers=replayed)
 
 
 @router.get(

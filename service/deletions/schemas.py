@@ -105,6 +105,21 @@ class BulkOut(BaseModel):
     results: list[BulkItem]
 
 
+class DatasetDeletionItem(BaseModel):
+    model_id: int
+    status: int = Field(description="202 when accepted, else the status the deletion on this model alone would have had")
+    id: int | None = None
+    expected_by: datetime | None = None
+    error: dict[str, Any] | None = None
+
+
+class DatasetDeletionOut(BaseModel):
+    dataset_id: int
+    accepted: int
+    rejected: int
+    results: list[DatasetDeletionItem] = Field(description="One deletion request per model, by model id")
+
+
 class HistoryEntry(BaseModel):
     state: State
     at: datetime

@@ -14,6 +14,8 @@ from service.deletions.schemas import (
     BulkItem,
     BulkOut,
     CallbackOut,
+    DatasetDeletionItem,
+    DatasetDeletionOut,
     DeletionAccepted,
     DeletionIn,
     DeletionOut,
@@ -22,6 +24,7 @@ from service.deletions.schemas import (
 )
 from service.errors import ApiError, Conflict, NotFound, Unprocessable
 from service.graphs.requests import check_submissions, graph_hashes, graph_subjects, submit_checked
+from service.idempotency.service import Outcome
 from service.models.service import require_live
 from service.subjects import SubjectHasher
 
@@ -41,6 +44,50 @@ def bulk_report(results: list[DeletionAccepted | ApiError]) -> tuple[int, dict[s
     ]
     accepted = sum(1 for item in items if item.status == 202)
     report = BulkOut(accepted=accepted, rejected=len(items) - accepted, results=items)
+    return (202 if accepted == len(items) else 207), report.model_dump(mode="json")
+
+
+FAN_OUT_STATUSES = ("queued", "training", "ready", "retraining")
+"""Models a dataset-wide deletion goes to: every model that holds the dataset's rows and takes deletions
+(a failed model takes none, and a deleted one holds nothing)."""
+
+
+def fan_out_models(uow: UnitOfWork, dataset_id: int) -> list[int]:
+    """The models a deletion on ``dataset_id`` goes to; 404 for an unknown dataset, 409 when there are none."""
+    dataset = uow.datasets.get(dataset_id)
+    if dataset is None:
+        raise NotFound(f"dataset {dataset_id} does not exist")
+    models = uow.models.on_dataset(dataset_id, FAN_OUT_STATUSES)
+    if not models:
+        raise Conflict(
+            f"no model that takes deletions uses dataset {dataset_id}"
+            + (" (it was deleted)" if dataset.deleted_at is not None else "")
+            + ": its rows are erased through a model's deletions; to remove them all, delete the dataset",
+            code="no_model",
+        )
+    return models
+
+
+def as_outcome(answer: Outcome | BaseException) -> Outcome:
+    """One model's answer to a dataset-wide deletion: its outcome, or the error it refused with (the
+    Idempotency-Key reused with another body, a key in flight); anything else is not the caller's fault."""
+    if isinstance(answer, ApiError):
+        return Outcome(answer.status, answer.body(), replayed=False)
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
+
+
+def fan_out_report(dataset_id: int, models: list[int], outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
+    """A dataset-wide deletion's answer: each model's outcome; 202 when every model accepted, 207 otherwise."""
+    items = [
+        DatasetDeletionItem(model_id=m, status=o.status, id=o.body["id"], expected_by=o.body["expected_by"])
+        if o.status == 202
+        else DatasetDeletionItem(model_id=m, status=o.status, error=o.body.get("error"))
+        for m, o in zip(models, outcomes)
+    ]
+    accepted = sum(1 for item in items if item.status == 202)
+    report = DatasetDeletionOut(dataset_id=dataset_id, accepted=accepted, rejected=len(items) - accepted, results=items)
     return (202 if accepted == len(items) else 207), report.model_dump(mode="json")
 
 

@@ -71,6 +71,16 @@ class ModelRepository:
             )
         )
 
+    def on_dataset(self, dataset_id: int, statuses: Sequence[str]) -> builtins.list[int]:
+        """The models registered on the dataset whose status is one of ``statuses``."""
+        return list(
+            self.session.scalars(
+                select(Model.id)
+                .where(Model.dataset_id == dataset_id, Model.status.in_(list(statuses)))
+                .order_by(Model.id)
+            )
+        )
+
     def count(self) -> int:
         return int(self.session.scalar(select(func.count()).select_from(Model)) or 0)
 

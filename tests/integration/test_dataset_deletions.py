@@ -1,0 +1,79 @@
+"""POST /v1/datasets/{id}/deletions: one deletion, submitted to every model trained on the dataset."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.integration.conftest import Client
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_subject_is_forgotten_by_every_model_of_the_dataset(client: Client) -> None:
+    dataset_id = client.dataset(n=90, samples_per_owner=3, seed=5)
+    models = [client.model(dataset_id) for _ in range(2)]
+    for model_id in models:
+        client.ready(model_id)
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    r = client.http.post(
+        f"/v1/datasets/{dataset_id}/deletions", json={"owner_ids": ["owner-00002"]}, headers=key
+    )
+    assert r.status_code == 202, r.text
+    report = r.json()
+    assert report["dataset_id"] == dataset_id and report["accepted"] == 2 and report["rejected"] == 0
+    assert [item["model_id"] for item in report["results"]] == models
+    done = [client.done(item["id"]) for item in report["results"]]
+    assert [d["model_id"] for d in done] == models and all(d["num_samples"] == 3 for d in done)
+
+    again = client.http.post(
+        f"/v1/datasets/{dataset_id}/deletions", json={"owner_ids": ["owner-00002"]}, headers=key
+    )
+    assert again.status_code == 202 and again.json() == report
+    assert again.headers["Idempotent-Replayed"] == "true"
+    other_body = client.http.post(
+        f"/v1/datasets/{dataset_id}/deletions", json={"owner_ids": ["owner-00003"]}, headers=key
+    )
+    assert other_body.status_code == 207
+    assert {item["status"] for item in other_body.json()["results"]} == {422}  # same key, another body
+
+    # Forgotten everywhere: each model, and the dataset's own rows, no longer know the owner.
+    for model_id in models:
+        r = client.http.post(
+            f"/v1/models/{model_id}/deletions",
+            json={"owner_ids": ["owner-00002"]},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        )
+        assert r.status_code == 409, r.text
+    assert client.http.get(f"/v1/datasets/{dataset_id}").json()["num_rows"] == 87
+
+
+def test_each_model_answers_for_itself(client: Client) -> None:
+    dataset_id = client.dataset(n=60, samples_per_owner=2, seed=6)
+    ready = client.model(dataset_id)
+    client.ready(ready)
+    client.done(client.delete(ready, owner_ids=["owner-00001"])["id"])
+    later = client.model(dataset_id)  # registered after owner-00001 left the dataset: it never had them
+    client.ready(later)
+    r = client.http.post(
+        f"/v1/datasets/{dataset_id}/deletions",
+        json={"owner_ids": ["owner-00001"]},
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert r.status_code == 207, r.text
+    by_model = {item["model_id"]: item for item in r.json()["results"]}
+    assert by_model[ready]["status"] == 409 and by_model[ready]["error"]["code"] == "already_forgotten"
+    assert by_model[later]["status"] == 422 and by_model[later]["error"]["code"] == "unknown_subject"
+    assert r.json()["accepted"] == 0
+
+
+def test_refusals(client: Client) -> None:
+    dataset_id = client.dataset(n=30, samples_per_owner=2, seed=7)
+    body = {"owner_ids": ["owner-00001"]}
+    assert client.http.post(f"/v1/datasets/{dataset_id}/deletions", json=body).status_code == 400  # no key
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    none = client.http.post(f"/v1/datasets/{dataset_id}/deletions", json=body, headers=key)
+    assert none.status_code == 409 and none.json()["error"]["code"] == "no_model"
+    assert client.http.post("/v1/datasets/987654/deletions", json=body, headers=key).status_code == 404
+    assert client.http.post(f"/v1/datasets/{dataset_id}/deletions", json={}, headers=key).status_code == 422
