@@ -1,5 +1,6 @@
-"""A completed deletion's blobs leave the memory of the process that deleted them, not only the disk: the
-decoded buckets (the subject's rows), and every assembled dataset built from them."""
+"""Erasure in embedded mode (SQLite, the in-process Redis stand-in, the in-process worker): a completed
+deletion's blobs leave the memory of the process that deleted them, not only the disk (the decoded
+buckets, and every assembled dataset built from them); deleting a model and its dataset leaves nothing."""
 
 from __future__ import annotations
 
@@ -55,3 +56,22 @@ def test_the_forgotten_owner_s_rows_leave_the_cache_with_their_blobs(
     cached = runtime.cache.cached()
     assert ("bucket", bucket) not in cached
     assert not any(kind == "dataset" and bucket in key for kind, key in cached)
+
+
+def test_deleting_a_model_in_embedded_mode(fresh: tuple[TestClient, Runtime]) -> None:
+    """The same deletion on SQLite and the in-process Redis stand-in (the integration tests use Postgres)."""
+    client, runtime = fresh
+    with runtime.uow() as uow:
+        model = uow.models.get(1)
+        assert model is not None and model.statistics is not None
+        statistics = set(model.statistics["buckets"].values())
+    assert statistics and all(runtime.artifacts.exists(b) for b in statistics)
+
+    r = client.delete("/v1/models/1")
+    assert r.status_code == 200 and r.json()["status"]["state"] == "deleted"
+    assert not any(runtime.artifacts.exists(b) for b in statistics)  # the vectors: the model's alone
+    assert not any(("bucket", b) in runtime.cache.cached() for b in statistics)
+    assert runtime.hot.get_serving(1) is None
+    assert client.get("/v1/models/1/weights").status_code == 410
+    assert client.delete("/v1/datasets/1").status_code == 200
+    assert client.get("/v1/datasets/1").json()["num_rows"] == 0
