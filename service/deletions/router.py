@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from service.datasets import erasure
 from service.deletions import service
 from service.deletions.schemas import (
     BulkIn,
@@ -83,6 +84,7 @@ async def submit_bulk(
     response_model=DatasetDeletionOut,
     summary="Forget a subject in every model trained on a dataset",
     responses={
+        200: {"model": DatasetDeletionOut, "description": "No model uses the dataset: its rows were erased"},
         207: {"model": DatasetDeletionOut, "description": "Some models rejected the deletion"},
         **error_responses(400, 404, 409, 422),
     },
@@ -94,7 +96,9 @@ async def submit_dataset_deletion(
     request per model (each applied by its model's updates, which also erase the rows from the
     dataset). Answers 202 when every model accepted it, 207 otherwise, with each model's outcome. The
     Idempotency-Key works per model: a retry with the same key and body replays each model's answer
-    (and reaches a model registered on the dataset since). No such model: 409."""
+    (and reaches a model registered on the dataset since). No such model: the rows leave the dataset's
+    stored arrays at once, and the answer is 200 with ``erased_rows`` (tables only; a graph dataset
+    without a model answers 422)."""
     key = idempotency.check_key(idempotency_key)
 
     def models() -> list[int]:
@@ -102,6 +106,8 @@ async def submit_dataset_deletion(
             return service.fan_out_models(uow, dataset_id)
 
     targets = await run_in_threadpool(models)
+    if not targets:
+        return _respond(await run_in_threadpool(erasure.erase_subjects, rt, dataset_id, key, body))
     intake = rt.deletion_intake()
     answers = await asyncio.gather(
         *(intake.submit(model_id, key, body) for model_id in targets), return_exceptions=True

@@ -118,6 +118,9 @@ class DatasetDeletionOut(BaseModel):
     accepted: int
     rejected: int
     results: list[DatasetDeletionItem] = Field(description="One deletion request per model, by model id")
+    erased_rows: int = Field(
+        0, description="Rows erased from the dataset itself, at once (when no model uses it: answered 200)"
+    )
 
 
 class HistoryEntry(BaseModel):

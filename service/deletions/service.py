@@ -53,19 +53,11 @@ FAN_OUT_STATUSES = ("queued", "training", "ready", "retraining")
 
 
 def fan_out_models(uow: UnitOfWork, dataset_id: int) -> list[int]:
-    """The models a deletion on ``dataset_id`` goes to; 404 for an unknown dataset, 409 when there are none."""
-    dataset = uow.datasets.get(dataset_id)
-    if dataset is None:
+    """The models a deletion on ``dataset_id`` goes to (none: the dataset erases the rows itself,
+    :mod:`service.datasets.erasure`); 404 for an unknown dataset."""
+    if uow.datasets.get(dataset_id) is None:
         raise NotFound(f"dataset {dataset_id} does not exist")
-    models = uow.models.on_dataset(dataset_id, FAN_OUT_STATUSES)
-    if not models:
-        raise Conflict(
-            f"no model that takes deletions uses dataset {dataset_id}"
-            + (" (it was deleted)" if dataset.deleted_at is not None else "")
-            + ": its rows are erased through a model's deletions; to remove them all, delete the dataset",
-            code="no_model",
-        )
-    return models
+    return uow.models.on_dataset(dataset_id, FAN_OUT_STATUSES)
 
 
 def as_outcome(answer: Outcome | BaseException) -> Outcome:

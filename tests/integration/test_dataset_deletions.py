@@ -5,7 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from sqlalchemy import select
 
+from service.db.tables import ArtifactRef
+from service.runtime import Runtime
+from service.storage.buckets import bucket_of
 from tests.integration.conftest import Client
 
 pytestmark = pytest.mark.integration
@@ -73,7 +77,71 @@ def test_refusals(client: Client) -> None:
     body = {"owner_ids": ["owner-00001"]}
     assert client.http.post(f"/v1/datasets/{dataset_id}/deletions", json=body).status_code == 400  # no key
     key = {"Idempotency-Key": str(uuid.uuid4())}
-    none = client.http.post(f"/v1/datasets/{dataset_id}/deletions", json=body, headers=key)
-    assert none.status_code == 409 and none.json()["error"]["code"] == "no_model"
     assert client.http.post("/v1/datasets/987654/deletions", json=body, headers=key).status_code == 404
     assert client.http.post(f"/v1/datasets/{dataset_id}/deletions", json={}, headers=key).status_code == 422
+
+
+def test_without_a_model_the_dataset_erases_the_rows_itself(client: Client, runtime: Runtime) -> None:
+    dataset_id = client.dataset(n=40, samples_per_owner=2, seed=8)
+    with runtime.uow() as uow:
+        row = uow.datasets.get(dataset_id)
+        assert row is not None and row.arrays is not None
+        bucket = row.arrays["buckets"][bucket_of("owner-00003", int(row.arrays["num_buckets"]))]
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    body = {"owner_ids": ["owner-00003"], "sample_ids": ["syn-00000"]}
+    r = client.http.post(f"/v1/datasets/{dataset_id}/deletions", json=body, headers=key)
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "dataset_id": dataset_id,
+        "accepted": 0,
+        "rejected": 0,
+        "results": [],
+        "erased_rows": 3,
+    }
+    assert client.http.get(f"/v1/datasets/{dataset_id}").json()["num_rows"] == 37
+    assert not runtime.artifacts.exists(bucket) or len(_holders(runtime, bucket)) > 0  # unless shared
+    again = client.http.post(f"/v1/datasets/{dataset_id}/deletions", json=body, headers=key)
+    assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+    gone = client.http.post(
+        f"/v1/datasets/{dataset_id}/deletions", json=body, headers={"Idempotency-Key": str(uuid.uuid4())}
+    )
+    assert gone.status_code == 422 and gone.json()["error"]["code"] == "unknown_subject"
+
+    events = client.http.get("/v1/audit/events", params={"event_type": "dataset.subjects_erased"}).json()[
+        "events"
+    ]
+    mine = [e for e in events if e["payload"]["dataset_id"] == dataset_id]
+    assert len(mine) == 1 and mine[0]["payload"]["rows"] == 3
+    assert "owner-00003" not in str(mine[0]) and "syn-00000" not in str(mine[0])  # keyed hashes only
+    # A model registered now never sees them.
+    model_id = client.model(dataset_id)
+    client.ready(model_id)
+    r = client.http.post(
+        f"/v1/models/{model_id}/deletions",
+        json={"owner_ids": ["owner-00003"]},
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_subject"
+
+
+def test_a_graph_dataset_without_a_model_is_refused(client: Client) -> None:
+    dataset_id = client.http.post("/v1/datasets/bundled", json={"name": "cora"}).json()["id"]
+    r = client.http.post(
+        f"/v1/datasets/{dataset_id}/deletions",
+        json={"sample_ids": ["0"]},
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert r.status_code == 422 and r.json()["error"]["code"] == "graph_dataset"
+    deleted = client.http.delete(f"/v1/datasets/{dataset_id}")
+    assert deleted.status_code == 200
+    r = client.http.post(
+        f"/v1/datasets/{dataset_id}/deletions",
+        json={"sample_ids": ["0"]},
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert r.status_code == 409 and r.json()["error"]["code"] == "no_rows"
+
+
+def _holders(runtime: Runtime, blob: str) -> list[str]:
+    with runtime.uow() as uow:
+        return list(uow.session.scalars(select(ArtifactRef.holder).where(ArtifactRef.blob == blob)))
