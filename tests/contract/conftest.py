@@ -49,3 +49,13 @@ def embedded(embedded_app: FastAPI) -> Iterator[TestClient]:
     with TestClient(embedded_app) as client:
         train_small_model(client)
         yield client
+
+
+@pytest.fixture()
+def fresh(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
+    """An embedded app of its own, with one trained model (id 1): the session's app carries whatever the
+    schemathesis run left."""
+    runtime = embedded_runtime_in(tmp_path)
+    with TestClient(create_app(runtime=runtime)) as client:
+        train_small_model(client)
+        yield client, runtime

@@ -6,24 +6,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.runtime import Runtime
 from service.storage.buckets import bucket_of
-from tests.contract.conftest import embedded_runtime_in, train_small_model
-
-
-@pytest.fixture()
-def fresh(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
-    runtime = embedded_runtime_in(tmp_path)
-    with TestClient(create_app(runtime=runtime)) as client:
-        train_small_model(client)
-        yield client, runtime
 
 
 def test_the_forgotten_owner_s_rows_leave_the_cache_with_their_blobs(

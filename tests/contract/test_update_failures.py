@@ -5,28 +5,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from sqlalchemy import select
 
-from service.app import create_app
 from service.db.tables import ArtifactRef
 from service.jobs import updates
 from service.runtime import Runtime
-from tests.contract.conftest import embedded_runtime_in, train_small_model
-
-
-@pytest.fixture()
-def fresh(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
-    """An embedded app of its own: the session's app carries whatever the schemathesis run left."""
-    runtime = embedded_runtime_in(tmp_path)
-    with TestClient(create_app(runtime=runtime)) as client:
-        train_small_model(client)
-        yield client, runtime
 
 
 def collect_one_new_blob(
