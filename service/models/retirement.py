@@ -82,6 +82,7 @@ def erase_retired(rt: Runtime, model_id: int) -> None:
         blobs = _named_blobs(uow, model)
         now = utcnow()
         waiting = uow.deletions.in_states(model_id, WAITING)
+        received = [request.created_at for request in waiting]
         _complete(uow, model_id, waiting, now)
         model.training, model.statistics = None, None
         uow.session.execute(
@@ -96,6 +97,8 @@ def erase_retired(rt: Runtime, model_id: int) -> None:
         )
         collect_garbage(uow, rt, blobs)  # last: the collection lock is held only for the unlinks
         uow.commit()
+    for at in received:
+        metrics.observe_completed(at, now)
 
 
 def _named_blobs(uow: UnitOfWork, model: Model) -> set[str]:
