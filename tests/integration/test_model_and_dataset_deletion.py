@@ -13,7 +13,7 @@ from service.db.tables import ArtifactRef, Sample
 from service.jobs.reconcile import reconcile
 from service.models import retirement
 from service.runtime import Runtime
-from tests.integration.conftest import Client, Deployment, key
+from tests.integration.conftest import Client, Deployment, key, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -153,3 +153,27 @@ def test_a_deleted_graph_dataset_keeps_its_kind(client: Client) -> None:
     assert r.status_code == 201, r.text
     out = client.http.delete(f"/v1/datasets/{r.json()['id']}").json()
     assert out["kind"] == "node_graph" and out["deleted_at"] is not None and out["num_rows"] == 0
+
+
+def test_a_model_deleted_while_it_trains_stays_deleted(client: Client, runtime: Runtime) -> None:
+    """The training job finishes after the deletion: it finds the model deleted under the lock and records
+    nothing (no version, no references, nothing served); its blobs are left to the orphan sweep."""
+    model_id = client.model(client.dataset(n=300, samples_per_owner=3, seed=9), epochs=40)
+    wait_for(
+        lambda: client.http.get(f"/v1/models/{model_id}").json()["status"]["state"] == "training",
+        60,
+        0.02,
+        "the training to start",
+    )
+    assert client.http.delete(f"/v1/models/{model_id}").json()["status"]["state"] == "deleted"
+    started = client.http.get(f"/v1/audit/events?model_id={model_id}").json()["events"]
+    assert [e["type"] for e in started][-1] == "model.deleted"
+    # Long enough for the 40 epochs to end (1.6 s here, measured); the job then finds the model deleted.
+    time.sleep(8)
+    model = client.http.get(f"/v1/models/{model_id}").json()
+    assert model["status"]["state"] == "deleted" and model["current_version"] is None
+    assert client.http.get(f"/v1/models/{model_id}/versions").json()["versions"] == []
+    assert _held(runtime, f"model:{model_id}") == set()
+    assert runtime.hot.get_serving(model_id) is None
+    events = [e["type"] for e in client.http.get(f"/v1/audit/events?model_id={model_id}").json()["events"]]
+    assert "model.trained" not in events and "training.failed" not in events
