@@ -102,6 +102,11 @@ class InProcessQueue:
             finally:
                 q.task_done()
 
+    def join(self) -> None:
+        """Wait until every job sent so far (and every job those sent) has run."""
+        for q in self._queues.values():
+            q.join()
+
     def stop(self) -> None:
         for q in self._queues.values():
             q.put(None)

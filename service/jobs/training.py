@@ -23,11 +23,11 @@ from service.db.tables import LedgerEntry, Model
 from service.db.uow import UnitOfWork
 from service.graphs.erasure import departed, retrain_graph
 from service.graphs.storage import is_graph, sample_count
-from service.jobs.completion import finish
+from service.jobs.completion import collect_garbage, finish
 from service.jobs.plans import Batch, plan_requests
 from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
 from service.jobs.updates import fail_request, mark_applied, record_erasure
-from service.jobs.versions import Release, erase_from_source, record_version, release_after_fit
+from service.jobs.versions import Release, blobs_of, erase_from_source, record_version, release_after_fit
 from service.models.retirement import DELETED
 from service.storage.refs import rewrite_if_collected
 from unlearning.errors import UnlearningError
@@ -108,9 +108,24 @@ def _write_and_record(
         except Exception as exc:  # noqa: BLE001 - any failure becomes the model's error, never a crash loop
             fail(rt, model_id, exc)
             return None
-        return record(release)
+        version_id = record(release)
+        if version_id is None:
+            _discard_if_deleted(rt, model_id, release)
+        return version_id
 
     return rewrite_if_collected(attempt, job=job, detail=f"of model {model_id}")
+
+
+def _discard_if_deleted(rt: Runtime, model_id: int, release: Release) -> None:
+    """The model was deleted while this job ran: what it wrote (weights, per-sample statistics) goes now,
+    rather than with the orphan sweep an hour later. Only the blobs nothing holds (a dataset's buckets
+    are held by the dataset)."""
+    with rt.uow() as uow:
+        model = uow.models.get(model_id)
+        if model is None or model.status != DELETED:
+            return
+        collect_garbage(uow, rt, blobs_of(release))
+        uow.commit()
 
 
 def _stale(rt: Runtime, model: Model) -> bool:

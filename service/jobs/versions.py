@@ -130,6 +130,16 @@ def release_after_forget(
     )
 
 
+def blobs_of(release: Release) -> set[str]:
+    """Every blob a release names: its weights, the method's tensors, the training and statistics buckets."""
+    return (
+        digests(release.training)
+        | digests(release.statistics)
+        | {release.released_blob, release.clean_blob}
+        | set(release.artifacts.values())
+    )
+
+
 def _held_by_model(model: Model, version: ModelVersion | None) -> set[str]:
     held = digests(model.training) | digests(model.statistics)
     if version is not None:
@@ -158,12 +168,7 @@ def record_version(
     """
     previous = uow.models.version(model.current_version_id) if model.current_version_id is not None else None
     old = _held_by_model(model, previous)
-    new = (
-        digests(release.training)
-        | digests(release.statistics)
-        | {release.released_blob, release.clean_blob}
-        | set(release.artifacts.values())
-    )
+    new = blobs_of(release)
     released = uow.refs.release(model_holder(model.id), old - new)
     uow.refs.hold(model_holder(model.id), new - old)
     version = uow.models.add_version(

@@ -9,6 +9,7 @@ import uuid
 
 from fastapi.testclient import TestClient
 
+from service.queue import InProcessQueue
 from service.runtime import Runtime
 from service.storage.buckets import bucket_of
 
@@ -62,3 +63,29 @@ def test_deleting_a_model_in_embedded_mode(fresh: tuple[TestClient, Runtime]) ->
     assert client.get("/v1/models/1/weights").status_code == 410
     assert client.delete("/v1/datasets/1").status_code == 200
     assert client.get("/v1/datasets/1").json()["num_rows"] == 0
+
+
+def test_what_a_training_wrote_for_a_model_deleted_meanwhile_goes_at_once(
+    fresh: tuple[TestClient, Runtime],
+) -> None:
+    """The job finds the model deleted when it comes to record its version: the weights and per-sample
+    statistics it wrote are unlinked then, not an hour later by the orphan sweep."""
+    client, runtime = fresh
+    dataset = client.post(
+        "/v1/datasets/bundled", json={"name": "synthetic", "n": 300, "samples_per_owner": 3}
+    )
+    model = client.post(
+        "/v1/models",
+        json={"name": "slow", "dataset_id": dataset.json()["id"], "hyperparameters": {"epochs": 60}},
+    )
+    model_id = model.json()["id"]
+    deadline = time.monotonic() + 30
+    while client.get(f"/v1/models/{model_id}").json()["status"]["state"] != "training":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert client.delete(f"/v1/models/{model_id}").status_code == 200
+    assert isinstance(runtime.queue, InProcessQueue)
+    runtime.queue.join()  # the training job has ended: it found the model deleted when it came to record
+    with runtime.uow() as uow:
+        unheld = uow.refs.unreferenced(set(runtime.artifacts.digests()))
+    assert unheld == set(), f"{len(unheld)} blobs no row holds are still stored"

@@ -157,7 +157,8 @@ def test_a_deleted_graph_dataset_keeps_its_kind(client: Client) -> None:
 
 def test_a_model_deleted_while_it_trains_stays_deleted(client: Client, runtime: Runtime) -> None:
     """The training job finishes after the deletion: it finds the model deleted under the lock and records
-    nothing (no version, no references, nothing served); its blobs are left to the orphan sweep."""
+    nothing (no version, no references, nothing served) and unlinks what it wrote (tested in embedded mode,
+    tests/contract/test_erasure_from_memory.py, where the store holds this test's blobs only)."""
     model_id = client.model(client.dataset(n=300, samples_per_owner=3, seed=9), epochs=40)
     wait_for(
         lambda: client.http.get(f"/v1/models/{model_id}").json()["status"]["state"] == "training",
