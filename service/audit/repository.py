@@ -6,13 +6,16 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import Text, and_, cast, false, insert, or_, select
 from sqlalchemy.orm import Session
 
 from service.audit.chain import GENESIS, event_hash
 from service.db.base import table, utcnow
 from service.db.tables import AuditEvent, AuditHead, RequestSubject
 from service.db.upsert import insert_ignore
+
+SUBJECTS_ERASED = "dataset.subjects_erased"
+"""The event of a dataset that erased subjects itself; it names them (keyed hashes) in its payload."""
 
 
 class AuditRepository:
@@ -102,7 +105,13 @@ class AuditRepository:
             requests = select(RequestSubject.request_id).where(
                 RequestSubject.subject_hash.in_(subject_hashes)
             )
-            stmt = stmt.where(AuditEvent.request_id.in_(requests))
+            # A dataset that erased a subject itself (no request, service.datasets.erasure) names it in
+            # its event's payload; keyed hashes are 64 hex characters, so a text match cannot misfire.
+            named = and_(
+                AuditEvent.event_type == SUBJECTS_ERASED,
+                or_(*(cast(AuditEvent.payload, Text).contains(h) for h in subject_hashes)),
+            )
+            stmt = stmt.where(or_(AuditEvent.request_id.in_(requests), named) if subject_hashes else false())
         if event_type is not None:
             stmt = stmt.where(AuditEvent.event_type == event_type)
         if since is not None:

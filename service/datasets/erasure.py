@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from service.audit.repository import SUBJECTS_ERASED
 from service.audit.service import SYSTEM_CHAIN
 from service.db.uow import UnitOfWork
 from service.deletions.schemas import DatasetDeletionOut, DeletionIn
@@ -103,7 +104,7 @@ def _drop(rt: Runtime, uow: UnitOfWork, dataset_id: int, forgotten: dict[str, st
     owners = sorted(set(forgotten.values()))
     uow.audit.append(
         SYSTEM_CHAIN,
-        "dataset.subjects_erased",
+        SUBJECTS_ERASED,
         payload={
             "dataset_id": dataset_id,
             "rows": len(forgotten),

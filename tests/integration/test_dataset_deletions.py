@@ -113,6 +113,11 @@ def test_without_a_model_the_dataset_erases_the_rows_itself(client: Client, runt
     mine = [e for e in events if e["payload"]["dataset_id"] == dataset_id]
     assert len(mine) == 1 and mine[0]["payload"]["rows"] == 3
     assert "owner-00003" not in str(mine[0]) and "syn-00000" not in str(mine[0])  # keyed hashes only
+    for subject in ("owner_id=owner-00003", "sample_id=syn-00000"):  # an auditor finds it by subject
+        found = client.http.get(f"/v1/audit/events?{subject}").json()["events"]
+        assert mine[0]["id"] in [e["id"] for e in found], subject
+    others = client.http.get("/v1/audit/events?owner_id=owner-00005").json()["events"]
+    assert mine[0]["id"] not in [e["id"] for e in others]
     # A model registered now never sees them.
     model_id = client.model(dataset_id)
     client.ready(model_id)
