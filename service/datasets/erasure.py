@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from service.audit.repository import SUBJECTS_ERASED
 from service.audit.service import SYSTEM_CHAIN
+from service.db.tables import Dataset
 from service.db.uow import UnitOfWork
 from service.deletions.schemas import DatasetDeletionOut, DeletionIn
 from service.deletions.service import FAN_OUT_STATUSES
 from service.errors import Conflict, Unprocessable, from_unlearning_error
 from service.idempotency import service as idempotency
 from service.jobs.completion import collect_garbage
-from service.jobs.versions import dataset_holder, row_count
-from service.storage.buckets import digests
+from service.jobs.versions import drop_dataset_rows, replace_dataset_arrays
 from unlearning.errors import UnlearningError
 
 if TYPE_CHECKING:
@@ -36,8 +36,23 @@ def erase_subjects(rt: Runtime, dataset_id: int, key: str | None, body: Deletion
     released: set[str] = set()
 
     def handler(uow: UnitOfWork) -> tuple[int, dict[str, Any]]:
-        forgotten = _forgotten(rt, uow, dataset_id, body)
-        released.update(_drop(rt, uow, dataset_id, forgotten))
+        row = _locked_table(uow, dataset_id, body)
+        arrays = row.arrays
+        assert arrays is not None  # _locked_table refuses a dataset without rows
+        forgotten = _forgotten(rt, arrays, body)
+        released.update(
+            replace_dataset_arrays(uow, rt.cache, row, drop_dataset_rows(rt.cache, arrays, forgotten))
+        )
+        uow.audit.append(
+            SYSTEM_CHAIN,
+            SUBJECTS_ERASED,
+            payload={
+                "dataset_id": dataset_id,
+                "rows": len(forgotten),
+                "samples": [rt.hasher.sample(s) for s in forgotten],
+                "owners": [rt.hasher.owner(o) for o in sorted(set(forgotten.values()))],
+            },
+        )
         report = DatasetDeletionOut(
             dataset_id=dataset_id, accepted=0, rejected=0, results=[], erased_rows=len(forgotten)
         )
@@ -59,8 +74,8 @@ def erase_subjects(rt: Runtime, dataset_id: int, key: str | None, body: Deletion
     return outcome
 
 
-def _forgotten(rt: Runtime, uow: UnitOfWork, dataset_id: int, body: DeletionIn) -> dict[str, str]:
-    """sample id -> owner id of the rows the request names, checked against the dataset under its lock."""
+def _locked_table(uow: UnitOfWork, dataset_id: int, body: DeletionIn) -> Dataset:
+    """The dataset row, locked, once it is known to be a table with rows and no model to go through."""
     row = uow.datasets.lock(dataset_id)
     if row is None or row.deleted_at is not None or row.arrays is None:
         raise Conflict(f"dataset {dataset_id} has no rows left to erase", code="no_rows")
@@ -77,8 +92,15 @@ def _forgotten(rt: Runtime, uow: UnitOfWork, dataset_id: int, body: DeletionIn) 
             code="graph_dataset",
         )
     if body.edges or body.node_feature_ids or body.graph_ids or body.graph_nodes:
-        raise Unprocessable(f"dataset {dataset_id} is a table: name owner_ids or sample_ids", code="not_a_graph")
-    data = rt.cache.dataset(row.arrays)
+        raise Unprocessable(
+            f"dataset {dataset_id} is a table: name owner_ids or sample_ids", code="not_a_graph"
+        )
+    return row
+
+
+def _forgotten(rt: Runtime, arrays: dict[str, Any], body: DeletionIn) -> dict[str, str]:
+    """sample id -> owner id of the rows the request names (unknown ids: 422)."""
+    data = rt.cache.dataset(arrays)
     try:
         samples = set(data.samples_of_owners(body.owner_ids)) if body.owner_ids else set()
         data.indices_of(body.sample_ids)
@@ -87,30 +109,3 @@ def _forgotten(rt: Runtime, uow: UnitOfWork, dataset_id: int, body: DeletionIn) 
     samples |= set(body.sample_ids)
     owner_of = dict(zip(data.sample_ids, data.owner_ids))
     return {sid: owner_of[sid] for sid in sorted(samples)}
-
-
-def _drop(rt: Runtime, uow: UnitOfWork, dataset_id: int, forgotten: dict[str, str]) -> set[str]:
-    """The rows leave the manifest; returns the blobs the dataset stopped holding."""
-    row = uow.datasets.get(dataset_id)
-    assert row is not None and row.arrays is not None
-    arrays, _ = rt.cache.drop_rows(row.arrays, forgotten)
-    new = arrays if arrays["buckets"] else None
-    holder = dataset_holder(dataset_id)
-    released = uow.refs.release(holder, digests(row.arrays) - digests(new))
-    uow.refs.hold(holder, digests(new) - digests(row.arrays))
-    remaining = row_count(rt.cache, new)
-    row.erased_rows += row.num_rows - remaining
-    row.num_rows, row.arrays = remaining, new
-    owners = sorted(set(forgotten.values()))
-    uow.audit.append(
-        SYSTEM_CHAIN,
-        SUBJECTS_ERASED,
-        payload={
-            "dataset_id": dataset_id,
-            "rows": len(forgotten),
-            "samples": [rt.hasher.sample(s) for s in forgotten],
-            "owners": [rt.hasher.owner(o) for o in owners],
-        },
-    )
-    return released
-

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import update
 
 from service.db.base import utcnow
-from service.db.tables import Model, ModelVersion
+from service.db.tables import Dataset, Model, ModelVersion
 from service.db.uow import UnitOfWork
 from service.graphs.erasure import forget_graph, graph_after_erasure
 from service.graphs.storage import is_graph
@@ -140,13 +140,14 @@ def blobs_of(release: Release) -> set[str]:
     )
 
 
+def version_blobs(version: ModelVersion) -> set[str]:
+    """The blobs a version row names for its state: its weights and the method's tensors."""
+    return {b for b in (version.released_blob, version.clean_blob) if b} | set(version.artifacts.values())
+
+
 def _held_by_model(model: Model, version: ModelVersion | None) -> set[str]:
     held = digests(model.training) | digests(model.statistics)
-    if version is not None:
-        held |= {b for b in (version.released_blob, version.clean_blob) if b} | set(
-            version.artifacts.values()
-        )
-    return held
+    return held | version_blobs(version) if version is not None else held
 
 
 def record_version(
@@ -234,10 +235,25 @@ def erase_from_source(
     elif old_training is not None and dataset_row.arrays["buckets"] == old_training["buckets"]:
         arrays = dict(new_training) if new_training else None
     else:
-        arrays, _ = cache.drop_rows(dataset_row.arrays, forgotten)
-        arrays = arrays if arrays["buckets"] else None
+        arrays = drop_dataset_rows(cache, dataset_row.arrays, forgotten)
     if arrays == dataset_row.arrays:
         return set()
+    return replace_dataset_arrays(uow, cache, dataset_row, arrays)
+
+
+def drop_dataset_rows(
+    cache: BlobCache, arrays: Mapping[str, Any], forgotten: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """A table manifest without the ``forgotten`` rows (sample id -> owner id); None when none are left."""
+    dropped, _ = cache.drop_rows(arrays, forgotten)
+    return dropped if dropped["buckets"] else None
+
+
+def replace_dataset_arrays(
+    uow: UnitOfWork, cache: BlobCache, dataset_row: Dataset, arrays: dict[str, Any] | None
+) -> set[str]:
+    """Point the (locked) dataset row at ``arrays``: swap its artifact references and recount its rows;
+    returns the blobs it stopped holding (for :func:`service.jobs.completion.collect_garbage`)."""
     holder = dataset_holder(dataset_row.id)
     released = uow.refs.release(holder, digests(dataset_row.arrays) - digests(arrays))
     uow.refs.hold(holder, digests(arrays) - digests(dataset_row.arrays))

@@ -26,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import update
+from sqlalchemy import func, literal, update
 
 from service import metrics
 from service.audit.service import model_chain
@@ -34,7 +34,7 @@ from service.db.base import utcnow
 from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.errors import NotFound
 from service.jobs.completion import collect_garbage
-from service.jobs.versions import model_holder
+from service.jobs.versions import model_holder, version_blobs
 from service.storage.buckets import digests
 
 if TYPE_CHECKING:
@@ -88,12 +88,16 @@ def erase_retired(rt: Runtime, model_id: int) -> None:
         uow.session.execute(
             update(ModelVersion)
             .where(ModelVersion.model_id == model_id)
-            .values(released_blob=None, clean_blob=None, artifacts={}, garbage=[])
-        )
-        uow.session.execute(
-            update(ModelVersion)
-            .where(ModelVersion.model_id == model_id, ModelVersion.weights_purged_at.is_(None))
-            .values(weights_purged_at=now)
+            .values(
+                released_blob=None,
+                clean_blob=None,
+                artifacts={},
+                garbage=[],
+                # superseded versions keep the time their weights went
+                weights_purged_at=func.coalesce(
+                    ModelVersion.weights_purged_at, literal(now, ModelVersion.weights_purged_at.type)
+                ),
+            )
         )
         collect_garbage(uow, rt, blobs)  # last: the collection lock is held only for the unlinks
         uow.commit()
@@ -105,8 +109,7 @@ def _named_blobs(uow: UnitOfWork, model: Model) -> set[str]:
     """Every blob the model's row and its versions' rows still name (released in step 1)."""
     names = digests(model.training) | digests(model.statistics)
     for version in uow.models.versions(model.id, limit=1_000_000):
-        names |= {b for b in (version.released_blob, version.clean_blob) if b}
-        names |= set(version.artifacts.values()) | set(version.garbage or [])
+        names |= version_blobs(version) | set(version.garbage or [])
     return names
 
 
