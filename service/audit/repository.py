@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, and_, cast, false, insert, or_, select
+from sqlalchemy import Text, and_, cast, insert, or_, select
 from sqlalchemy.orm import Session
 
 from service.audit.chain import GENESIS, event_hash
@@ -96,6 +96,8 @@ class AuditRepository:
         after_id: int | None,
         limit: int,
     ) -> list[AuditEvent]:
+        """The events matching every filter given, oldest first; ``subject_hashes`` is None or names at
+        least one subject."""
         stmt = select(AuditEvent)
         if model_id is not None:
             stmt = stmt.where(AuditEvent.model_id == model_id)
@@ -111,7 +113,7 @@ class AuditRepository:
                 AuditEvent.event_type == SUBJECTS_ERASED,
                 or_(*(cast(AuditEvent.payload, Text).contains(h) for h in subject_hashes)),
             )
-            stmt = stmt.where(or_(AuditEvent.request_id.in_(requests), named) if subject_hashes else false())
+            stmt = stmt.where(or_(AuditEvent.request_id.in_(requests), named))
         if event_type is not None:
             stmt = stmt.where(AuditEvent.event_type == event_type)
         if since is not None:

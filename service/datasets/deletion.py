@@ -37,7 +37,7 @@ def _mark_deleted(rt: Runtime, dataset_id: int) -> None:
             raise NotFound(f"dataset {dataset_id} does not exist")
         if row.deleted_at is not None:
             return
-        live = uow.models.live_on_dataset(dataset_id)
+        live = uow.models.on_dataset(dataset_id)
         if live:
             raise Conflict(
                 f"dataset {dataset_id} is used by model(s) {live}, which hold copies of its rows: delete "

@@ -65,7 +65,14 @@ class BlobCache:
         self._size = 0
         self._lock = threading.Lock()
 
-    def _get(self, kind: str, key: str, load: Callable[[], Any], size: Callable[[Any], int]) -> Any:
+    def _get(
+        self,
+        kind: str,
+        key: str,
+        load: Callable[[], Any],
+        size: Callable[[Any], int],
+        parts: frozenset[str] = frozenset(),
+    ) -> Any:
         with self._lock:
             hit = self._items.get((kind, key))
             if hit is not None and hit[2] > self._clock():
@@ -79,6 +86,8 @@ class BlobCache:
             if (kind, key) not in self._items:
                 self._items[(kind, key)] = (value, nbytes, self._clock() + self._ttl)
                 self._size += nbytes
+                if parts:
+                    self._parts[key] = parts
             while self._size > self._max and len(self._items) > 1:
                 self._drop(next(iter(self._items)))
         return value
@@ -151,11 +160,8 @@ class BlobCache:
             return self._get("graph", digest, lambda: decode_graph(self._artifacts.get(digest)), graph_nbytes)
         key = json.dumps(manifest["buckets"], sort_keys=True)
         load = lambda: _assemble(read_rows(self.bucket, manifest), manifest)
-        value = self._get("dataset", key, load, lambda d: d.features.nbytes)
-        with self._lock:
-            if ("dataset", key) in self._items:
-                self._parts.setdefault(key, frozenset(manifest["buckets"].values()))
-        return value
+        parts = frozenset(manifest["buckets"].values())
+        return self._get("dataset", key, load, lambda d: d.features.nbytes, parts)
 
 
 def _assemble(rows: Bucket, manifest: Mapping[str, Any]) -> Dataset:

@@ -63,22 +63,12 @@ class ModelRepository:
             stmt = stmt.where(Model.id > after_id)
         return list(self.session.scalars(stmt))
 
-    def live_on_dataset(self, dataset_id: int) -> builtins.list[int]:
-        """The models registered on the dataset that are not deleted."""
+    def on_dataset(self, dataset_id: int, statuses: Sequence[str] | None = None) -> builtins.list[int]:
+        """The models registered on the dataset whose status is one of ``statuses`` (None: every model
+        that is not deleted), by id."""
+        wanted = Model.status != "deleted" if statuses is None else Model.status.in_(list(statuses))
         return list(
-            self.session.scalars(
-                select(Model.id).where(Model.dataset_id == dataset_id, Model.status != "deleted").order_by(Model.id)
-            )
-        )
-
-    def on_dataset(self, dataset_id: int, statuses: Sequence[str]) -> builtins.list[int]:
-        """The models registered on the dataset whose status is one of ``statuses``."""
-        return list(
-            self.session.scalars(
-                select(Model.id)
-                .where(Model.dataset_id == dataset_id, Model.status.in_(list(statuses)))
-                .order_by(Model.id)
-            )
+            self.session.scalars(select(Model.id).where(Model.dataset_id == dataset_id, wanted).order_by(Model.id))
         )
 
     def count(self) -> int:
