@@ -99,6 +99,7 @@ import torch
 from unlearning.errors import DimensionMismatchError, InvalidConfigError, UnsupportedRequestError
 from unlearning.methods.protocol import BudgetPolicy, MethodState, PrivacyTarget
 from unlearning.privacy.certificate import Certificate
+from unlearning.validation import integer_at_least, positive_number
 
 __all__ = [
     "GAMMA_LOGISTIC",
@@ -799,9 +800,7 @@ class NewtonConfig:
 
     def __post_init__(self) -> None:
         for name in ("lam", "cg_rtol", "opt_tol"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
-                raise InvalidConfigError(f"{name} must be a finite number > 0, got {value!r}")
+            positive_number(name, getattr(self, name))
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not (
             self.alpha >= 0 and math.isfinite(self.alpha)
         ):
@@ -814,8 +813,7 @@ class NewtonConfig:
             raise InvalidConfigError(f"op_norm must be 'exact' or 'none', got {self.op_norm!r}")
         if self.bound == "paper" and self.op_norm == "none":
             raise InvalidConfigError("the paper bound needs ||Z||_op: use op_norm='exact' with bound='paper'")
-        if isinstance(self.max_newton, bool) or not isinstance(self.max_newton, int) or self.max_newton < 1:
-            raise InvalidConfigError(f"max_newton must be an integer >= 1, got {self.max_newton!r}")
+        integer_at_least("max_newton", self.max_newton, 1)
 
     @classmethod
     def from_mapping(cls, config: dict[str, Any]) -> NewtonConfig:

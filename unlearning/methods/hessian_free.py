@@ -57,6 +57,7 @@ from unlearning.privacy.gaussian import calibrate_sigma, largest_sensitivity
 from unlearning.privacy.hf_bound import hf_per_sample_bound, hf_total_bound
 from unlearning.steps import SGDConfig
 from unlearning.training import TrainingRecord, replay_retrain, train_recorded
+from unlearning.validation import integer_at_least
 
 BOUND_NAME = "hf_eq56_per_sample_times_m"
 _SGD_KEYS = ("epochs", "batch_size", "lr", "lr_decay", "l2", "clip_norm", "clip_mode")
@@ -193,9 +194,7 @@ class HessianFree:
     def check_config(self, config: Mapping[str, Any]) -> None:
         merged = {**self.default_config(), **dict(config)}
         check_sgd_config(merged)
-        rho_iterations = merged["rho_iterations"]
-        if isinstance(rho_iterations, bool) or not isinstance(rho_iterations, int) or rho_iterations < 1:
-            raise InvalidConfigError(f"rho_iterations must be an integer >= 1, got {rho_iterations!r}")
+        integer_at_least("rho_iterations", merged["rho_iterations"], 1)
         fraction = merged["audit_probe_fraction"]
         if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
             raise InvalidConfigError(f"audit_probe_fraction must lie in [0, 1], got {fraction!r}")

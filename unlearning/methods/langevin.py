@@ -93,6 +93,7 @@ from unlearning.methods.registry import register
 from unlearning.models import ModelSpec
 from unlearning.privacy import langevin_accountant as acc
 from unlearning.privacy.certificate import Certificate
+from unlearning.validation import integer_at_least, positive_number
 
 FAMILY = "logistic_regression"
 BOUND_NAME = "sglu_w_inf_thm3.11"
@@ -334,10 +335,7 @@ def _row_norms(data: Dataset, intercept: bool) -> np.ndarray:
 
 
 def _positive(config: Mapping[str, Any], name: str) -> float:
-    value = config[name]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
-        raise InvalidConfigError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return positive_number(name, config[name])
 
 
 def _optional_positive(config: Mapping[str, Any], name: str) -> float | None:
@@ -345,10 +343,7 @@ def _optional_positive(config: Mapping[str, Any], name: str) -> float | None:
 
 
 def _int_at_least(config: Mapping[str, Any], name: str, low: int) -> int:
-    value = config[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
+    return integer_at_least(name, config[name], low)
 
 
 def constants_from(accounting: Mapping[str, Any]) -> acc.PNSGDConstants:

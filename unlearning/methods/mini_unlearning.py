@@ -87,6 +87,7 @@ from unlearning.models.flat import FlatModel
 from unlearning.privacy.certificate import Certificate
 from unlearning.steps import SGDConfig, StepMap, make_step_map, sgd_direction
 from unlearning.training import BatchSchedule, dataset_tensors
+from unlearning.validation import integer_at_least
 
 HvpMode = Literal["exact", "lbfgs"]
 HVP_MODES: tuple[str, ...] = ("exact", "lbfgs")
@@ -109,10 +110,8 @@ class WindowConfig:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> WindowConfig:
         k, m, hvp, dtype = config["k"], config["m"], config["hvp"], config["dtype"]
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InvalidConfigError(f"k (the number of replayed steps) must be an integer >= 1, got {k!r}")
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise InvalidConfigError(f"m (the L-BFGS memory) must be an integer >= 1, got {m!r}")
+        integer_at_least("k (the number of replayed steps)", k, 1)
+        integer_at_least("m (the L-BFGS memory)", m, 1)
         if hvp not in HVP_MODES:
             raise InvalidConfigError(f"hvp must be one of {list(HVP_MODES)}, got {hvp!r}")
         if not isinstance(dtype, str) or dtype not in DTYPES:

@@ -41,6 +41,7 @@ import scipy.sparse as sp
 
 from unlearning.data.graphs import NodeGraph
 from unlearning.errors import InvalidConfigError
+from unlearning.validation import integer_at_least
 
 __all__ = [
     "FeatureScaler",
@@ -66,8 +67,7 @@ class PropagationSpec:
     def __post_init__(self) -> None:
         if self.kind not in ("sgc", "gpr"):
             raise InvalidConfigError(f"propagation kind must be 'sgc' or 'gpr', got {self.kind!r}")
-        if isinstance(self.hops, bool) or not isinstance(self.hops, int) or self.hops < 0:
-            raise InvalidConfigError(f"hops (K) must be an integer >= 0, got {self.hops!r}")
+        integer_at_least("hops (K)", self.hops, 0)
 
     def dim(self, num_features: int) -> int:
         return num_features * (self.hops + 1 if self.kind == "gpr" else 1)

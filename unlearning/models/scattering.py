@@ -38,6 +38,7 @@ import scipy.sparse as sp
 
 from unlearning.data.graphs import Graph
 from unlearning.errors import InvalidConfigError
+from unlearning.validation import integer_at_least
 
 __all__ = [
     "ScatteringConfig",
@@ -65,8 +66,7 @@ class ScatteringConfig:
     def __post_init__(self) -> None:
         for name in ("J", "L", "Q"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidConfigError(f"scattering {name} must be an integer >= 1, got {value!r}")
+            integer_at_least(f"scattering {name}", value, 1)
 
     @property
     def tree_nodes(self) -> int:

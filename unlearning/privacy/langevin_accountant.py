@@ -61,6 +61,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from unlearning.errors import InvalidConfigError
+from unlearning.validation import positive_number
 
 PabiVariant = Literal["paper", "tight"]
 Conversion = Literal["paper", "dp_accounting"]
@@ -161,9 +162,7 @@ class PNSGDConstants:
 
 
 def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
-        raise InvalidConfigError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return positive_number(name, value)
 
 
 def check_target(epsilon: float, delta: float) -> None:
