@@ -248,10 +248,17 @@ def read_statistics(cache: BlobCache, manifest: Mapping[str, Any]) -> Statistics
 
 
 def load_hot_statistics(
-    hot: HotStore, cache: BlobCache, model_id: int, seq: int, manifest: Mapping[str, Any]
+    hot: HotStore,
+    cache: BlobCache,
+    model_id: int,
+    seq: int,
+    manifest: Mapping[str, Any],
+    snapshot: StatisticsSnapshot | None = None,
 ) -> None:
-    """Rebuild a model's statistics in Redis from the artifact store (after a flush or a retrain)."""
-    snapshot = read_statistics(cache, manifest)
+    """Fill a model's statistics in Redis: from ``snapshot`` when the caller holds them in memory (a
+    release being recorded), else read from the artifact store (after a flush)."""
+    if snapshot is None:
+        snapshot = read_statistics(cache, manifest)
     hot.load_stats(model_id, seq, snapshot.sample_ids, snapshot.owner_ids, snapshot.vectors)
 
 

@@ -442,6 +442,6 @@ def _load_statistics(rt: Runtime, uow: UnitOfWork, model: Model, seq: int, relea
     version, so a failed commit leaves Redis marked with a version Postgres does not have: rebuilt)."""
     uow.session.flush()
     if release.statistics is not None:
-        load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics)
+        load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics, release.snapshot)
     else:
         rt.hot.clear_stats(model.id)

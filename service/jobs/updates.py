@@ -383,7 +383,7 @@ def _record_update(
         if isinstance(outcome.state.statistics, RedisSampleStatistics):
             stats.apply(version.seq - 1, version.seq)
         else:
-            load_hot_statistics(rt.hot, rt.cache, model.id, version.seq, release.statistics)
+            load_hot_statistics(rt.hot, rt.cache, model.id, version.seq, release.statistics, release.snapshot)
     return version
 
 

@@ -28,7 +28,7 @@ from service.jobs.state import BlobCache, json_safe, write_statistics
 from service.storage.artifacts import ArtifactStore
 from service.storage.buckets import digests
 from service.storage.tensors import encode_artifact, encode_weights
-from unlearning.methods.protocol import ForgetRequest, MethodState
+from unlearning.methods.protocol import ForgetRequest, MethodState, StatisticsSnapshot
 from unlearning.privacy.certificate import Certificate
 
 
@@ -45,6 +45,10 @@ class Release:
     train_size: int
     statistics: dict[str, Any] | None
     artifacts: dict[str, str]  # MethodState.artifacts: name -> blob
+    # The statistics just written, still in memory: Redis is filled from these, not by reading the blobs
+    # back (a put that found the bytes already stored relies on another holder's garbage, which a
+    # collector may unlink before this release commits; the commit detects that, a read-back would not).
+    snapshot: StatisticsSnapshot | None = None
 
 
 def model_holder(model_id: int) -> str:
@@ -75,7 +79,7 @@ def release_after_fit(
     max_buckets: int,
 ) -> Release:
     released, clean, spec, own = write_state(artifacts, state)
-    stats = state.statistics
+    snapshot = state.statistics.export() if state.statistics is not None else None
     return Release(
         released_blob=released,
         clean_blob=clean,
@@ -85,7 +89,8 @@ def release_after_fit(
         certificate=certificate.to_dict(),
         training=training,
         train_size=train_size,
-        statistics=write_statistics(artifacts, stats.export(), max_buckets) if stats is not None else None,
+        statistics=write_statistics(artifacts, snapshot, max_buckets) if snapshot is not None else None,
+        snapshot=snapshot,
     )
 
 
@@ -112,11 +117,12 @@ def release_after_forget(
         training, train_size = forget_graph(artifacts, cache, model.training, request)
     else:
         training = cache.drop_rows(model.training, forgotten)[0] if model.training else None
-    statistics = model.statistics
+    statistics, snapshot = model.statistics, None
     if state.statistics is not None and model.statistics is not None and staged:
         statistics = cache.drop_rows(model.statistics, forgotten)[0]
     elif state.statistics is not None:
-        statistics = write_statistics(artifacts, state.statistics.export(), max_buckets)
+        snapshot = state.statistics.export()
+        statistics = write_statistics(artifacts, snapshot, max_buckets)
     return Release(
         released_blob=released,
         clean_blob=clean,
@@ -127,6 +133,7 @@ def release_after_forget(
         training=training if training and training["buckets"] else None,
         train_size=train_size,
         statistics=statistics,
+        snapshot=snapshot,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,7 +14,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select
 
 from service.db.tables import ArtifactRef
-from service.jobs import updates
+from service.jobs import training, updates
 from service.runtime import Runtime
 
 
@@ -128,3 +129,36 @@ def test_a_training_whose_blob_is_collected_before_its_commit_writes_it_again(
     assert collected and real_exists(collected[0])
     assert REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) == rewrites + 1
     assert every_reference_is_stored(embedded_runtime, real_exists)
+
+
+def test_a_training_whose_statistics_are_unlinked_before_its_record_writes_them_again(
+    fresh: tuple[TestClient, Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race a shared worker saw in CI: the training's put found its statistics bytes already stored
+    (another holder's garbage), a collector unlinked them, and the record step then read them back to fill
+    Redis (BlobNotFound: the model stayed in training). Redis is filled from the statistics in memory now,
+    so the commit's check sees the unlinked blob and the release is written again."""
+    embedded, embedded_runtime = fresh
+    rewrites = REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) or 0.0
+    original = training._record_training
+    unlinked: list[str] = []
+
+    def record_after_a_collector(rt: Runtime, model_id: int, release: Any, certificate: Any) -> int | None:
+        if not unlinked and release.statistics:
+            unlinked.append(next(iter(release.statistics["buckets"].values())))
+            rt.artifacts.delete(unlinked[0])  # as a completion's collect_garbage would, in another thread
+            rt.cache.forget(unlinked)
+        return original(rt, model_id, release, certificate)
+
+    monkeypatch.setattr(training, "_record_training", record_after_a_collector)
+    r = embedded.post(
+        "/v1/models", json={"name": "raced", "dataset_id": 1, "seed": 11, "hyperparameters": {"epochs": 1}}
+    )
+    assert r.status_code == 202, r.text
+    model_id = r.json()["id"]
+    deadline = time.monotonic() + 60
+    while (state := embedded.get(f"/v1/models/{model_id}").json()["status"])["state"] != "ready":
+        assert state["state"] in ("queued", "training") and time.monotonic() < deadline, state
+        time.sleep(0.05)
+    assert unlinked and embedded_runtime.artifacts.exists(unlinked[0]), "the unlinked blob was written again"
+    assert REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) == rewrites + 1
