@@ -16,6 +16,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.jobs.callback_targets import Network, parse_networks
+
 MIN_TOKEN_LENGTH = 16
 
 
@@ -62,6 +64,8 @@ class Settings(BaseSettings):
     callback_max_attempts: int = Field(5, ge=1, le=50)
     callback_timeout_seconds: float = Field(5.0, gt=0)
     callback_backoff_seconds: float = Field(1.0, ge=0)
+    # Networks callbacks may reach besides public addresses ("10.0.0.0/8,127.0.0.1"; service.jobs.callback_targets)
+    callback_allowed_networks: str | None = None
 
     worker_metrics_port: int | None = Field(None, ge=1, le=65535)
     torch_threads: int | None = Field(None, ge=1)
@@ -74,6 +78,16 @@ class Settings(BaseSettings):
     def api_token_list(self) -> tuple[bytes, ...]:
         """The accepted bearer tokens, as bytes for a constant-time comparison."""
         return tuple(t.strip().encode() for t in (self.api_tokens or "").split(",") if t.strip())
+
+    @property
+    def callback_networks(self) -> tuple[Network, ...]:
+        """The non-public networks callbacks may reach (public addresses always may)."""
+        return parse_networks(self.callback_allowed_networks)
+
+    @model_validator(mode="after")
+    def _networks_parse(self) -> Settings:
+        self.callback_networks  # noqa: B018 - raises, naming the entry, at start-up rather than at delivery
+        return self
 
     @model_validator(mode="after")
     def _tokens_are_strong(self) -> Settings:

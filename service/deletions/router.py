@@ -22,8 +22,11 @@ from service.deletions.schemas import (
     State,
 )
 from service.deps import DatasetId, ModelId, RequestId, RuntimeDep
+from service.errors import Unprocessable
 from service.idempotency import service as idempotency
+from service.jobs.callback_targets import literal_problem
 from service.models.service import get_model
+from service.runtime import Runtime
 from service.schemas import MAX_DB_INT, error_responses
 
 router = APIRouter(tags=["deletions"])
@@ -35,6 +38,18 @@ IdempotencyKey = Annotated[
         description="Required. A unique value per deletion (e.g. a UUID); send the same value to retry safely.",
     ),
 ]
+
+
+def _check_callbacks(rt: Runtime, *bodies: DeletionIn) -> None:
+    """422 ``callback_not_allowed`` for a callback URL whose host is an address callbacks may not reach
+    (service.jobs.callback_targets); names the item of a bulk submission."""
+    for i, body in enumerate(bodies):
+        if body.callback_url is None:
+            continue
+        problem = literal_problem(str(body.callback_url), rt.settings.callback_networks)
+        if problem is not None:
+            where = f"items[{i}]: " if len(bodies) > 1 else ""
+            raise Unprocessable(where + problem, code="callback_not_allowed")
 
 
 def _respond(outcome: idempotency.Outcome) -> JSONResponse:
@@ -56,6 +71,7 @@ async def submit_deletion(
     response again (header ``Idempotent-Replayed: true``); same key with another body: 422; the first
     request with the key still in flight: 409; no key: 400. Graph models also take ``edges``,
     ``node_feature_ids``, ``graph_ids`` and ``graph_nodes``, checked against the remaining graph."""
+    _check_callbacks(rt, body)
     return _respond(await rt.deletion_intake().submit(model_id, idempotency_key, body))
 
 
@@ -74,7 +90,7 @@ async def submit_bulk(
 ) -> JSONResponse:
     """Each item is accepted or rejected on its own (202 when all were accepted, 207 otherwise); one
     Idempotency-Key covers the whole submission."""
-
+    _check_callbacks(rt, *body.items)
     return _respond(await rt.deletion_intake().submit_bulk(model_id, idempotency_key, body))
 
 
@@ -99,6 +115,7 @@ async def submit_dataset_deletion(
     (and reaches a model registered on the dataset since). No such model: the rows leave the dataset's
     stored arrays at once, and the answer is 200 with ``erased_rows`` (tables only; a graph dataset
     without a model answers 422)."""
+    _check_callbacks(rt, body)
     key = idempotency.check_key(idempotency_key)
 
     def models() -> list[int]:

@@ -59,7 +59,9 @@ class DeletionIn(Strict):
         "(the node's tag, attributes and edges)",
     )
     callback_url: CallbackUrl | None = Field(
-        None, description="POSTed the outcome once the request ends (http or https)"
+        None,
+        description="POSTed the outcome once the request ends (http or https); a publicly reachable host, "
+        "or one in the networks the operator allows (LETHE_CALLBACK_ALLOWED_NETWORKS): 422 otherwise",
     )
 
     @model_validator(mode="after")

@@ -2,7 +2,9 @@
 
 Runs as its own job (lane ``io``), so a slow or dead endpoint never delays an update. A failed attempt
 is retried through the outbox with exponential backoff, at most ``LETHE_CALLBACK_MAX_ATTEMPTS`` times;
-then the request records ``callback_state = failed`` (the deletion itself stays completed).
+then the request records ``callback_state = failed`` (the deletion itself stays completed). The POST
+goes only to an address callbacks may reach (:mod:`service.jobs.callback_targets`); a URL that leads
+nowhere else fails at once.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import httpx
 from service import metrics
 from service.audit.service import requests_chain
 from service.db.base import utcnow
+from service.jobs.callback_targets import CallbackRefused, resolve
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -51,19 +54,7 @@ def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
         version = uow.models.version(request.version_id) if request.version_id else None
         url, body = request.callback_url, callback_body(request, version.seq if version else None)
         uow.commit()
-    error = None
-    try:
-        response = httpx.post(
-            url,
-            json=body,
-            timeout=rt.settings.callback_timeout_seconds,
-            follow_redirects=False,
-            headers={"User-Agent": "lethe-callback/1", "X-Lethe-Attempt": str(attempt)},
-        )
-        if not 200 <= response.status_code < 300:
-            error = f"HTTP {response.status_code}"
-    except httpx.HTTPError as exc:
-        error = f"{type(exc).__name__}: {exc}"
+    error, retry = _post(rt, url, body, attempt)
     metrics.CALLBACKS.labels("ok" if error is None else "error").inc()
     with rt.uow() as uow:
         request = uow.deletions.lock(request_id)
@@ -78,7 +69,7 @@ def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
                 request_id=request_id,
                 payload={"attempt": attempt},
             )
-        elif attempt >= rt.settings.callback_max_attempts:
+        elif attempt >= rt.settings.callback_max_attempts or not retry:
             request.callback_state = "failed"
             uow.audit.append(
                 requests_chain(request.model_id),
@@ -102,3 +93,28 @@ def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
                 delay,
             )
         uow.commit()
+
+
+def _post(rt: Runtime, url: str, body: dict[str, Any], attempt: int) -> tuple[str | None, bool]:
+    """One POST of ``body`` to ``url``, to the address :func:`resolve` checked: (the error or None,
+    whether another attempt may succeed). An address callbacks may not reach is final.
+
+    Redirects are not followed: a redirect could lead where the address check never looked.
+    """
+    try:
+        target = resolve(url, rt.settings.callback_networks)
+    except CallbackRefused as exc:
+        return f"refused: {exc}", False
+    except (OSError, UnicodeError) as exc:  # the name does not resolve (perhaps only for now)
+        return f"could not resolve the callback host: {type(exc).__name__}: {exc}", True
+    try:
+        with httpx.Client(timeout=rt.settings.callback_timeout_seconds, follow_redirects=False) as client:
+            response = client.post(
+                target.url,
+                json=body,
+                headers={"User-Agent": "lethe-callback/1", "X-Lethe-Attempt": str(attempt), **target.headers},
+                extensions=target.extensions,
+            )
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}", True
+    return (None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"), True

@@ -80,6 +80,7 @@ def service_env(
         reconcile_after_seconds="1",
         callback_backoff_seconds="0.2",
         callback_timeout_seconds="2",
+        callback_allowed_networks="127.0.0.0/8",  # the tests' callback endpoints listen on loopback
         max_upload_bytes=str(4 * 1024 * 1024),
         torch_threads="1",
     )

@@ -28,7 +28,9 @@ class _Hook:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                hook.calls.append({"body": body, "attempt": self.headers.get("X-Lethe-Attempt")})
+                hook.calls.append(
+                    {"body": body, "attempt": self.headers.get("X-Lethe-Attempt"), "host": self.headers.get("Host")}
+                )
                 self.send_response(500 if len(hook.calls) <= hook.fail_first else 204)
                 self.end_headers()
 
@@ -36,7 +38,10 @@ class _Hook:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        # A name, not an address: the worker resolves it, checks the address against the allowed networks
+        # (service.jobs.callback_targets) and connects to that address with the name in the Host header.
+        self.host = f"localhost:{self.server.server_address[1]}"
+        self.url = f"http://{self.host}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
@@ -59,6 +64,7 @@ def test_callback_is_delivered_after_completion_and_retried(client: Client, hook
     final = wait_for(delivered, 30, 0.1, "callback delivery")
     assert final["callback"]["attempts"] == 2 and len(hook.calls) == 2
     assert [c["attempt"] for c in hook.calls] == ["1", "2"]
+    assert {c["host"] for c in hook.calls} == {hook.host}
     body = hook.calls[-1]["body"]
     assert body["request_id"] == request_id and body["state"] == "completed" and body["version_seq"] == 2
 
