@@ -20,6 +20,11 @@ class DatasetRepository:
     def get(self, dataset_id: int) -> Dataset | None:
         return self.session.get(Dataset, dataset_id)
 
+    def class_names(self, dataset_id: int) -> list[str] | None:
+        """The dataset's label names (None: integer labels), without loading its manifest."""
+        names = self.session.scalar(select(Dataset.class_names).where(Dataset.id == dataset_id))
+        return list(names) if names else None
+
     def lock(self, dataset_id: int) -> Dataset | None:
         return self.session.execute(
             select(Dataset).where(Dataset.id == dataset_id).with_for_update()

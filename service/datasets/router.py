@@ -65,6 +65,7 @@ def _out(row: DatasetRow) -> DatasetOut:
         format=row.format,
         num_rows=row.num_rows,
         num_classes=row.num_classes,
+        class_names=row.class_names,
         feature_shape=row.feature_shape,
         erased_rows=row.erased_rows,
         created_at=row.created_at,

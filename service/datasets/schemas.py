@@ -51,6 +51,11 @@ class DatasetOut(BaseModel):
         description="Rows still stored (erased subjects' rows are removed); graphs: live nodes, or graphs"
     )
     num_classes: int
+    class_names: list[str] | None = Field(
+        None,
+        description="The label names, when the label column held names: class i is class_names[i] (names in "
+        "sorted order); null for integer labels, which are the class indices themselves",
+    )
     feature_shape: list[int]
     erased_rows: int
     created_at: datetime

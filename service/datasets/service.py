@@ -148,6 +148,7 @@ def reshape(dataset: Dataset, shape: tuple[int, ...] | None) -> Dataset:
         labels=dataset.labels,
         num_classes=dataset.num_classes,
         name=dataset.name,
+        class_names=dataset.class_names,
     )
 
 
@@ -177,7 +178,13 @@ def _grouped(dataset: Dataset, samples_per_owner: int) -> Dataset:
     width = max(5, len(str(len(dataset) // samples_per_owner)))
     owners = tuple(f"owner-{i // samples_per_owner:0{width}d}" for i in range(len(dataset)))
     return Dataset(
-        dataset.sample_ids, owners, dataset.features, dataset.labels, dataset.num_classes, dataset.name
+        dataset.sample_ids,
+        owners,
+        dataset.features,
+        dataset.labels,
+        dataset.num_classes,
+        dataset.name,
+        class_names=dataset.class_names,
     )
 
 
@@ -201,6 +208,7 @@ def store(
         num_rows=len(dataset),
         num_classes=dataset.num_classes,
         feature_shape=list(dataset.feature_shape),
+        class_names=list(dataset.class_names) if dataset.class_names is not None else None,
     )
 
 
@@ -214,6 +222,7 @@ def add_dataset_row(
     num_rows: int,
     num_classes: int,
     feature_shape: list[int],
+    class_names: list[str] | None = None,
     **described: Any,
 ) -> DatasetRow:
     """The row for arrays already in the artifact store, their references and the ``dataset.created`` audit
@@ -229,6 +238,7 @@ def add_dataset_row(
             arrays=arrays,
             erased_rows=0,
             kind=str(arrays.get("kind", "table")),
+            class_names=class_names,
         )
     )
     uow.refs.hold(dataset_holder(row.id), digests(arrays))

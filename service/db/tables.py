@@ -53,6 +53,8 @@ class Dataset(Base):
     kind: Mapped[str] = mapped_column(String(32), default="table", server_default="table")
     # table | node_graph | graph_collection
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)  # DELETE /v1/datasets/{id}
+    # the label names of a table whose labels were names ("cat" -> class 0); None for integer labels
+    class_names: Mapped[list[Any] | None] = mapped_column(default=None)
 
 
 class Model(Base):

@@ -129,7 +129,10 @@ class PredictIn(Strict):
 
 
 class Prediction(BaseModel):
-    label: int
+    label: int = Field(description="The predicted class index")
+    class_name: str | None = Field(
+        None, description="The class's name, when the dataset's labels were names (its class_names); else null"
+    )
     probabilities: list[float] | None = Field(
         None,
         description="Class probabilities (softmax models); null for one-vs-rest models, which give labels",

@@ -291,7 +291,15 @@ def predict(
             predictions = _method_predictions(uow, cache, model, served, body)
     except UnlearningError as exc:
         raise from_unlearning_error(exc) from None
-    return PredictOut(model_id=model.id, version=served.seq, predictions=predictions)
+    return PredictOut(model_id=model.id, version=served.seq, predictions=_named(uow, model, predictions))
+
+
+def _named(uow: UnitOfWork, model: Model, predictions: list[Prediction]) -> list[Prediction]:
+    """The predictions with their class names, when the model's dataset has them."""
+    names = uow.datasets.class_names(model.dataset_id)
+    if not names:
+        return predictions
+    return [p.model_copy(update={"class_name": names[p.label] if p.label < len(names) else None}) for p in predictions]
 
 
 def _flat_spec(spec: dict[str, Any]) -> ModelSpec | None:

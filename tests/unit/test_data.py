@@ -197,7 +197,38 @@ def test_csv_round_trip(tmp_path: Path) -> None:
     assert ds.sample_ids == ("a", "b", "c") and ds.owner_ids == ("u1", "u1", "u2")
     assert np.allclose(ds.features, [[0.5, 1.0], [0.25, -2.0], [1.5, 3.0]])
     assert ds.labels.tolist() == [0, 1, 0] and ds.num_classes == 2  # sorted: cat=0, dog=1
+    assert ds.class_names == ("cat", "dog")
     assert ds.name == "t"
+    assert ds.take([1]).class_names == ("cat", "dog") and ds.without(["a"]).class_names == ("cat", "dog")
+
+
+def test_csv_whole_number_labels_are_integers_and_others_are_refused(tmp_path: Path) -> None:
+    rows: list[list[object]] = [["a", "u", 1, 2, "1.0"], ["b", "u", 2, 3, "0.0"], ["c", "v", 3, 4, "2e0"]]
+    ds = load_table(_write_csv(tmp_path / "w.csv", HEADER, rows))
+    assert ds.labels.tolist() == [1, 0, 2] and ds.num_classes == 3 and ds.class_names is None
+    rows[2][4] = "0.5"  # a score, not a class
+    with pytest.raises(InvalidDatasetError, match="label 0.5 at data row 2 .* is not a whole number"):
+        load_table(_write_csv(tmp_path / "f.csv", HEADER, rows))
+
+
+def test_csv_empty_label_is_refused(tmp_path: Path) -> None:
+    rows = [list(r) for r in ROWS]
+    rows[1][4] = " "
+    with pytest.raises(InvalidDatasetError, match="label of data row 1 .* is empty"):
+        load_table(_write_csv(tmp_path / "e.csv", HEADER, rows))
+
+
+def test_class_names_must_be_distinct_and_at_most_one_per_class() -> None:
+    args = (("a", "b"), ("u", "u"), np.zeros((2, 1)), np.array([0, 1]), 2)
+    assert Dataset(*args, class_names=("no", "yes")).class_names == ("no", "yes")
+    for names in (("x", "x"), ("a", "b", "c")):
+        with pytest.raises(InvalidDatasetError, match="class names for 2 classes"):
+            Dataset(*args, class_names=names)
+
+
+def test_sklearn_sets_name_their_classes_unless_the_names_are_the_indices() -> None:
+    assert load_sklearn("iris").class_names == ("setosa", "versicolor", "virginica")
+    assert load_sklearn("digits").class_names is None
 
 
 def test_csv_gzip_and_generated_ids(tmp_path: Path) -> None:
@@ -349,7 +380,7 @@ def test_parquet_round_trip_and_type_check(tmp_path: Path) -> None:
     table = pa.table({"sample_id": ["p", "q"], "f": [0.1, 0.2], "g": [1, 2], "label": ["b", "a"]})
     pq.write_table(table, tmp_path / "d.parquet")
     ds = load_table(tmp_path / "d.parquet", owner_column=None)
-    assert ds.sample_ids == ("p", "q") and ds.labels.tolist() == [1, 0]
+    assert ds.sample_ids == ("p", "q") and ds.labels.tolist() == [1, 0] and ds.class_names == ("a", "b")
     assert np.allclose(ds.features, [[0.1, 1.0], [0.2, 2.0]])
     bad = pa.table({"f": ["x", "y"], "label": [0, 1]})
     pq.write_table(bad, tmp_path / "bad.parquet")

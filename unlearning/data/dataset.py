@@ -25,6 +25,9 @@ class Dataset:
     labels: np.ndarray
     num_classes: int
     name: str = "dataset"
+    # What each class index stands for, when the labels were names ("cat" -> 0, "dog" -> 1); None for
+    # integer labels, which are their own indices.
+    class_names: tuple[str, ...] | None = None
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -34,6 +37,8 @@ class Dataset:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "sample_ids", tuple(str(s) for s in self.sample_ids))
         object.__setattr__(self, "owner_ids", tuple(str(o) for o in self.owner_ids))
+        if self.class_names is not None:
+            object.__setattr__(self, "class_names", tuple(str(c) for c in self.class_names))
         self._validate()
         object.__setattr__(self, "_index", {sid: i for i, sid in enumerate(self.sample_ids)})
 
@@ -64,6 +69,13 @@ class Dataset:
             )
         if self.num_classes < 2:
             raise InvalidDatasetError(f"num_classes is {self.num_classes}: a classifier needs at least 2")
+        if self.class_names is not None and (
+            len(self.class_names) > self.num_classes or len(set(self.class_names)) != len(self.class_names)
+        ):
+            raise InvalidDatasetError(
+                f"{len(self.class_names)} class names for {self.num_classes} classes: give at most one distinct "
+                "name per class"
+            )
         bad = (self.labels < 0) | (self.labels >= self.num_classes)
         if bad.any():
             row = int(np.argmax(bad))
@@ -120,6 +132,7 @@ class Dataset:
             labels=self.labels[idx],
             num_classes=self.num_classes,
             name=name or self.name,
+            class_names=self.class_names,
         )
 
     def without(self, sample_ids: Iterable[str]) -> Dataset:

@@ -218,24 +218,33 @@ def _encode_labels(
     column: str,
     num_classes: int | None,
     label_offset: int | None,
-) -> tuple[np.ndarray, int]:
-    """Class indices and the class count from a raw label column.
+) -> tuple[np.ndarray, int, tuple[str, ...] | None]:
+    """Class indices, the class count and the class names (None for integer labels) from a raw label
+    column.
 
     Integer labels are used as they are, minus ``label_offset``; floats must be whole numbers and are
     treated as integers. String labels map to indices by their sorted unique values ("cat" -> 0,
-    "dog" -> 1). ``num_classes`` defaults to max label + 1 (integers) or the number of distinct strings.
+    "dog" -> 1), which are returned as the class names. ``num_classes`` defaults to max label + 1
+    (integers) or the number of distinct strings. An empty string is not a label.
     """
     if values.dtype.kind == "U":
         if label_offset is not None:
             raise InvalidDatasetError(
                 f"{source}: label column {column!r} holds strings; label_offset only applies to integer labels"
             )
+        empty = np.char.str_len(np.char.strip(values)) == 0
+        if empty.any():
+            raise InvalidDatasetError(
+                f"{source}: the label of data row {int(np.argmax(empty))} (0-based) in column {column!r} is "
+                "empty: every row needs a label"
+            )
         classes, indices = np.unique(values, return_inverse=True)
         if num_classes is not None and num_classes < len(classes):
             raise InvalidDatasetError(
                 f"{source}: label column {column!r} has {len(classes)} distinct values but num_classes={num_classes}"
             )
-        return indices.astype(np.int64), num_classes if num_classes is not None else len(classes)
+        names = tuple(str(c) for c in classes)
+        return indices.astype(np.int64), num_classes if num_classes is not None else len(classes), names
     ints = _integer_labels(values, source=source, column=column)
     if label_offset is not None:
         ints = ints - int(label_offset)
@@ -245,7 +254,7 @@ def _encode_labels(
             f"{source}: label {int(ints[row])} at data row {row} of column {column!r} "
             f"(after subtracting label_offset={label_offset}) is negative: labels must start at 0"
         )
-    return ints, num_classes if num_classes is not None else int(ints.max()) + 1
+    return ints, num_classes if num_classes is not None else int(ints.max()) + 1, None
 
 
 def _integer_labels(values: np.ndarray, *, source: Path, column: str) -> np.ndarray:
@@ -292,7 +301,7 @@ def _build_dataset(
         sample_ids = tuple(f"{id_prefix}-{i}" for i in range(n))
     else:
         _check_unique_ids(sample_ids, source, id_column)
-    labels, k = _encode_labels(
+    labels, k, names = _encode_labels(
         raw_labels, source=source, column=label_column, num_classes=num_classes, label_offset=label_offset
     )
     return Dataset(
@@ -303,6 +312,7 @@ def _build_dataset(
         labels=labels,
         num_classes=k,
         name=name,
+        class_names=names,
     )
 
 
@@ -382,10 +392,15 @@ def _raise_first_non_numeric(
 
 
 def _csv_labels(rows: list[list[str]], column: int) -> np.ndarray:
-    """Labels as int64 when every cell is an integer, otherwise as unicode strings."""
+    """Labels as int64 when every cell is an integer, as float64 when every cell is a number (whole
+    numbers such as ``1.0`` are then integers; others are refused), otherwise as unicode strings."""
     cells = [r[column] for r in rows]
     try:
         return np.array([int(c) for c in cells], dtype=np.int64)
+    except ValueError:
+        pass
+    try:
+        return np.array([float(c) for c in cells], dtype=np.float64)
     except ValueError:
         return np.array(cells, dtype=np.str_)
 
@@ -705,13 +720,16 @@ def load_sklearn(name: str) -> Dataset:
     x = np.asarray(bunch.data, dtype=np.float64)
     y = np.asarray(bunch.target, dtype=np.int64)
     ids = tuple(f"{name}-{i}" for i in range(len(y)))
+    names = tuple(str(t) for t in bunch.target_names)
     return Dataset(
         sample_ids=ids,
         owner_ids=ids,
         features=_min_max_scale(x),
         labels=y,
-        num_classes=len(bunch.target_names),
+        num_classes=len(names),
         name=name,
+        # iris: setosa, versicolor, virginica; digits' names are its indices, so it needs none
+        class_names=None if names == tuple(str(i) for i in range(len(names))) else names,
     )
 
 
