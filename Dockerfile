@@ -23,7 +23,7 @@ RUN python -c "import torch" 2>/dev/null || pip install torch --index-url "${TOR
 COPY pyproject.toml README.md ./
 RUN mkdir -p unlearning service workers bench && touch unlearning/__init__.py service/__init__.py \
         workers/__init__.py bench/__init__.py \
-    && pip install -e . && rm -rf unlearning service workers bench
+    && pip install -e '.[s3]' && rm -rf unlearning service workers bench
 COPY alembic.ini openapi.yaml ./
 COPY migrations ./migrations
 COPY unlearning ./unlearning

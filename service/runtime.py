@@ -16,8 +16,9 @@ from service.jobs.state import BlobCache
 from service.outbox.dispatcher import Dispatcher
 from service.queue import CeleryQueue, InProcessQueue, TaskQueue
 from service.settings import Settings
-from service.storage.artifacts import LocalArtifactStore
+from service.storage.artifacts import ArtifactStore, LocalArtifactStore
 from service.storage.hot import HotStore, connect
+from service.storage.s3 import S3ArtifactStore, parse_s3_url, s3_client
 from service.subjects import SubjectHasher
 
 if TYPE_CHECKING:
@@ -26,13 +27,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def open_artifact_store(settings: Settings) -> ArtifactStore:
+    """The blob store the settings name: a bucket (``LETHE_ARTIFACT_URL=s3://...``) or a directory."""
+    if settings.artifact_url is not None:
+        bucket, prefix = parse_s3_url(settings.artifact_url)
+        return S3ArtifactStore(s3_client(settings.s3_endpoint_url), bucket, prefix)
+    return LocalArtifactStore(settings.effective_artifact_dir, durable=settings.artifact_fsync)
+
+
 class Runtime:
     def __init__(self, settings: Settings, *, role: str = "api") -> None:
         self.settings = settings
         self.role = role
         self.engine = make_engine(settings.effective_database_url)
         self.sessions = make_sessionmaker(self.engine)
-        self.artifacts = LocalArtifactStore(settings.effective_artifact_dir, durable=settings.artifact_fsync)
+        self.artifacts = open_artifact_store(settings)
         self.hot = HotStore(connect(settings.redis_url), settings.redis_prefix)
         self.hasher = SubjectHasher(settings.effective_subject_hash_key)
         self.cache = BlobCache(self.artifacts, ttl_seconds=settings.cache_ttl_seconds)

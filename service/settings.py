@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.jobs.callback_targets import Network, parse_networks
+from service.storage.s3 import parse_s3_url
 
 MIN_TOKEN_LENGTH = 16
 
@@ -33,6 +34,9 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     artifact_dir: Path | None = None
     artifact_fsync: bool = True
+    # s3://bucket/prefix: blobs in an object store instead of artifact_dir (service.storage.s3)
+    artifact_url: str | None = None
+    s3_endpoint_url: str | None = None  # MinIO, Ceph, R2, ...: the S3 API's address; unset: AWS
     worker: Literal["inprocess", "celery"] | None = None
 
     host: str = "127.0.0.1"
@@ -83,6 +87,14 @@ class Settings(BaseSettings):
     def callback_networks(self) -> tuple[Network, ...]:
         """The non-public networks callbacks may reach (public addresses always may)."""
         return parse_networks(self.callback_allowed_networks)
+
+    @model_validator(mode="after")
+    def _artifact_url_parses(self) -> Settings:
+        if self.artifact_url is not None:
+            if self.artifact_dir is not None:
+                raise ValueError("set LETHE_ARTIFACT_URL or LETHE_ARTIFACT_DIR, not both: blobs live in one store")
+            parse_s3_url(self.artifact_url)
+        return self
 
     @model_validator(mode="after")
     def _networks_parse(self) -> Settings:

@@ -1,8 +1,8 @@
 """Content-addressed, immutable blob store (a directory by default).
 
 A blob's name is the sha256 of its bytes, so writing the same content twice stores it once, and a
-blob can be checked against its name. The interface is small on purpose: an object store (S3, GCS)
-can implement the same methods (``sweep`` with its lifecycle rules or a conditional delete).
+blob can be checked against its name. The interface is small on purpose: :mod:`service.storage.s3`
+implements it on an S3 bucket, for deployments whose hosts share no directory.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 _TEMP = ".tmp-"  # a write in progress (or one that died)
 _ASIDE = ".aside-"  # a blob the orphan sweep is deleting
-_SWEEP_BATCH = 1000
+SWEEP_BATCH = 1000
 
 
 class BlobNotFound(KeyError):
@@ -55,6 +55,8 @@ class ArtifactStore(Protocol):
 
     def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]: ...
 
+    def writable(self) -> bool: ...
+
 
 def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -85,7 +87,7 @@ class LocalArtifactStore:
         self._dirs: set[str] = set()
 
     def _path(self, digest: str) -> Path:
-        if not _DIGEST.match(digest):
+        if not DIGEST_RE.match(digest):
             raise BlobNotFound(f"{digest!r} is not a sha256 digest")
         return self.root / digest[:2] / digest
 
@@ -146,7 +148,7 @@ class LocalArtifactStore:
                 stat = path.stat()
             except FileNotFoundError:
                 continue
-            if _DIGEST.match(path.name):
+            if DIGEST_RE.match(path.name):
                 if stat.st_mtime < cutoff:
                     candidates[path.name] = stat.st_mtime_ns
             elif path.name.startswith(_TEMP) and stat.st_mtime < cutoff:
@@ -156,8 +158,8 @@ class LocalArtifactStore:
         self._settle_leftovers(leftovers, referenced)
         removed: list[str] = []
         names = sorted(candidates)
-        for start in range(0, len(names), _SWEEP_BATCH):
-            batch = names[start : start + _SWEEP_BATCH]
+        for start in range(0, len(names), SWEEP_BATCH):
+            batch = names[start : start + SWEEP_BATCH]
             with referenced(batch) as live:
                 for digest in batch:
                     if digest not in live and self._remove_if_untouched(digest, candidates[digest]):
@@ -182,7 +184,7 @@ class LocalArtifactStore:
         if not leftovers:
             return
         digests = {p: p.name[len(_ASIDE) :].split(".")[0] for p in leftovers}
-        valid = sorted({d for d in digests.values() if _DIGEST.match(d)})
+        valid = sorted({d for d in digests.values() if DIGEST_RE.match(d)})
         with referenced(valid) as live:
             for path, digest in digests.items():
                 if digest in live and not self._path(digest).exists():
@@ -202,7 +204,7 @@ class LocalArtifactStore:
 
     def digests(self) -> Iterator[str]:
         for path in self.root.glob("*/*"):
-            if _DIGEST.match(path.name):
+            if DIGEST_RE.match(path.name):
                 yield path.name
 
     def writable(self) -> bool:

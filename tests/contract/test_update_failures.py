@@ -127,7 +127,9 @@ def test_a_training_whose_blob_is_collected_before_its_commit_writes_it_again(
         assert state["state"] in ("queued", "training") and time.monotonic() < deadline, state
         time.sleep(0.05)
     assert collected and real_exists(collected[0])
-    assert REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) == rewrites + 1
+    # At least this one: the counter is the process's, and trainings of the session's app (registered by
+    # the schema fuzzer just before) may still run in its worker threads and count rewrites of their own.
+    assert (REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) or 0.0) >= rewrites + 1
     assert every_reference_is_stored(embedded_runtime, real_exists)
 
 
@@ -161,4 +163,6 @@ def test_a_training_whose_statistics_are_unlinked_before_its_record_writes_them_
         assert state["state"] in ("queued", "training") and time.monotonic() < deadline, state
         time.sleep(0.05)
     assert unlinked and embedded_runtime.artifacts.exists(unlinked[0]), "the unlinked blob was written again"
-    assert REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) == rewrites + 1
+    # At least this one: the counter is the process's, and trainings of the session's app (registered by
+    # the schema fuzzer just before) may still run in its worker threads and count rewrites of their own.
+    assert (REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) or 0.0) >= rewrites + 1
