@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def open_artifact_store(settings: Settings) -> ArtifactStore:
     """The blob store the settings name: a bucket (``LETHE_ARTIFACT_URL=s3://...``) or a directory."""
-    if settings.artifact_url is not None:
+    if settings.artifact_url:
         bucket, prefix = parse_s3_url(settings.artifact_url)
         return S3ArtifactStore(s3_client(settings.s3_endpoint_url), bucket, prefix)
     return LocalArtifactStore(settings.effective_artifact_dir, durable=settings.artifact_fsync)

@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     callback_backoff_seconds: float = Field(1.0, ge=0)
     # Networks callbacks may reach besides public addresses ("10.0.0.0/8,127.0.0.1"; service.jobs.callback_targets)
     callback_allowed_networks: str | None = None
+    # HMAC key of the Lethe-Signature header of callbacks (service.jobs.callbacks.sign); unset: unsigned
+    callback_signing_key: str | None = None
 
     worker_metrics_port: int | None = Field(None, ge=1, le=65535)
     torch_threads: int | None = Field(None, ge=1)
@@ -90,7 +92,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _artifact_url_parses(self) -> Settings:
-        if self.artifact_url is not None:
+        if self.artifact_url:  # an empty value (a compose file's ${VAR:-}) means unset
             if self.artifact_dir is not None:
                 raise ValueError("set LETHE_ARTIFACT_URL or LETHE_ARTIFACT_DIR, not both: blobs live in one store")
             parse_s3_url(self.artifact_url)
@@ -99,6 +101,16 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _networks_parse(self) -> Settings:
         self.callback_networks  # noqa: B018 - raises, naming the entry, at start-up rather than at delivery
+        return self
+
+    @model_validator(mode="after")
+    def _signing_key_is_strong(self) -> Settings:
+        key = self.callback_signing_key
+        if key and (len(key) < MIN_TOKEN_LENGTH or key != key.strip()):
+            raise ValueError(
+                f"LETHE_CALLBACK_SIGNING_KEY must be at least {MIN_TOKEN_LENGTH} characters, without surrounding "
+                "whitespace: use a long random value (`python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+            )
         return self
 
     @model_validator(mode="after")

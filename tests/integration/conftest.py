@@ -64,6 +64,9 @@ def redis_url(token: str) -> Iterator[str]:
         _unavailable(exc)
 
 
+CALLBACK_SIGNING_KEY = "test-callback-signing-key-0123456789"
+
+
 @pytest.fixture(scope="session")
 def service_env(
     pg_url: str, redis_url: str, token: str, tmp_path_factory: pytest.TempPathFactory
@@ -81,6 +84,7 @@ def service_env(
         callback_backoff_seconds="0.2",
         callback_timeout_seconds="2",
         callback_allowed_networks="127.0.0.0/8",  # the tests' callback endpoints listen on loopback
+        callback_signing_key=CALLBACK_SIGNING_KEY,
         max_upload_bytes=str(4 * 1024 * 1024),
         torch_threads="1",
     )

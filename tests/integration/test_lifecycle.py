@@ -3,6 +3,8 @@ of times; model status while training; state history of a failed request."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import threading
 import time
@@ -14,7 +16,7 @@ from sqlalchemy import update
 
 from service.db.tables import Model
 from service.runtime import Runtime
-from tests.integration.conftest import Client, key, wait_for
+from tests.integration.conftest import CALLBACK_SIGNING_KEY, Client, key, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -27,9 +29,15 @@ class _Hook:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
                 hook.calls.append(
-                    {"body": body, "attempt": self.headers.get("X-Lethe-Attempt"), "host": self.headers.get("Host")}
+                    {
+                        "body": json.loads(raw),
+                        "raw": raw,
+                        "attempt": self.headers.get("X-Lethe-Attempt"),
+                        "host": self.headers.get("Host"),
+                        "signature": self.headers.get("Lethe-Signature"),
+                    }
                 )
                 self.send_response(500 if len(hook.calls) <= hook.fail_first else 204)
                 self.end_headers()
@@ -65,6 +73,12 @@ def test_callback_is_delivered_after_completion_and_retried(client: Client, hook
     assert final["callback"]["attempts"] == 2 and len(hook.calls) == 2
     assert [c["attempt"] for c in hook.calls] == ["1", "2"]
     assert {c["host"] for c in hook.calls} == {hook.host}
+    for call in hook.calls:  # signed: verified the way the README tells an app to
+        fields = dict(part.split("=", 1) for part in call["signature"].split(","))
+        expected = hmac.new(
+            CALLBACK_SIGNING_KEY.encode(), fields["t"].encode() + b"." + call["raw"], hashlib.sha256
+        ).hexdigest()
+        assert hmac.compare_digest(fields["v1"], expected) and abs(time.time() - int(fields["t"])) < 60
     body = hook.calls[-1]["body"]
     assert body["request_id"] == request_id and body["state"] == "completed" and body["version_seq"] == 2
 

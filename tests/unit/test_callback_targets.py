@@ -1,7 +1,10 @@
-"""Where callbacks may go (service.jobs.callback_targets): public addresses, and allowed networks only."""
+"""Where callbacks may go (service.jobs.callback_targets): public addresses, and allowed networks only;
+and how they are signed (service.jobs.callbacks.sign)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 
 import pytest
@@ -13,6 +16,7 @@ from service.jobs.callback_targets import (
     parse_networks,
     resolve,
 )
+from service.jobs.callbacks import sign
 from service.settings import Settings
 
 NONE: tuple = ()
@@ -130,3 +134,19 @@ def test_a_name_that_does_not_resolve_raises_os_error() -> None:
 
     with pytest.raises(OSError):
         resolve("https://nowhere.example/x", NONE, nxdomain)
+
+
+def test_the_signature_is_an_hmac_of_the_timestamp_and_the_exact_body() -> None:
+    body = b'{"event":"deletion.completed","request_id":7}'
+    header = sign(b"k" * 32, 1_800_000_000, body)
+    # HMAC-SHA256 (RFC 2104) of "1800000000." + body under 32 bytes of "k":
+    mac = hmac.new(b"k" * 32, b"1800000000." + body, hashlib.sha256).hexdigest()
+    assert header == f"t=1800000000,v1={mac}"
+    assert sign(b"k" * 32, 1_800_000_000, body + b" ") != header  # any other byte: another signature
+    assert sign(b"j" * 32, 1_800_000_000, body) != header
+
+
+def test_a_weak_signing_key_is_refused_at_start_up() -> None:
+    for weak in ("short", " padded-key-of-enough-length "):
+        with pytest.raises(ValueError, match="LETHE_CALLBACK_SIGNING_KEY"):
+            Settings(callback_signing_key=weak)
