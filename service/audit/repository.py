@@ -89,6 +89,7 @@ class AuditRepository:
         *,
         model_id: int | None,
         request_id: int | None,
+        chain: str | None = None,
         subject_hashes: list[str] | None,
         event_type: str | None,
         since: datetime | None,
@@ -103,6 +104,8 @@ class AuditRepository:
             stmt = stmt.where(AuditEvent.model_id == model_id)
         if request_id is not None:
             stmt = stmt.where(AuditEvent.request_id == request_id)
+        if chain is not None:
+            stmt = stmt.where(AuditEvent.chain == chain)
         if subject_hashes is not None:
             requests = select(RequestSubject.request_id).where(
                 RequestSubject.subject_hash.in_(subject_hashes)

@@ -34,6 +34,10 @@ def query_events(
     rt: RuntimeDep,
     model_id: Annotated[int | None, Query(ge=1, le=MAX_DB_INT)] = None,
     request_id: Annotated[int | None, Query(ge=1, le=MAX_DB_INT)] = None,
+    chain: Annotated[
+        str | None,
+        Query(max_length=64, description="One chain (model:<id>, model:<id>:requests or system), in order"),
+    ] = None,
     owner_id: Annotated[
         SubjectId | None, Query(description="Events of requests naming this owner (hashed server-side)")
     ] = None,
@@ -55,6 +59,7 @@ def query_events(
         events = uow.audit.query(
             model_id=model_id,
             request_id=request_id,
+            chain=chain,
             subject_hashes=hashes,
             event_type=event_type,
             since=_utc(since, "since"),

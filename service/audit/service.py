@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from service.audit.chain import GENESIS, event_hash
 from service.audit.repository import AuditRepository
@@ -53,14 +54,50 @@ class ChainReport:
     first_bad_seq: int | None = None
 
 
-def verify_chain(repo: AuditRepository, chain: str, head_seq: int, head_hash: str) -> ChainReport:
-    """Recompute every hash of ``chain`` and compare the last one with the chain's head row."""
+class ChainedEvent(Protocol):
+    """What verification reads of an event: a row of ``audit_events``, or one exported through the API
+    (service.audit.check)."""
+
+    @property
+    def chain(self) -> str: ...
+    @property
+    def chain_seq(self) -> int: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def model_id(self) -> int | None: ...
+    @property
+    def request_id(self) -> int | None: ...
+    @property
+    def version_id(self) -> int | None: ...
+    @property
+    def payload(self) -> dict[str, Any]: ...
+    @property
+    def prev_hash(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
+
+
+def verify_events(
+    chain: str,
+    events: Iterable[ChainedEvent],
+    head_seq: int,
+    head_hash: str,
+    anchors: Mapping[int, str] | None = None,
+) -> ChainReport:
+    """Recompute every hash of ``chain`` (its events in sequence order) and compare the last one with the
+    chain's head. ``anchors`` (sequence number -> hash, recorded by an auditor earlier) must still be the
+    hashes at those positions: a chain rewritten whole, every hash recomputed, verifies on its own, but
+    not against what was seen before."""
     prev, expected_seq, count = GENESIS, 1, 0
+    anchors = anchors or {}
 
     def bad(problem: str, seq: int | None) -> ChainReport:
         return ChainReport(chain, count, head_seq, head_hash, False, problem, seq)
 
-    for event in repo.chain_events(chain):
+    for event in events:
         if event.chain_seq != expected_seq:
             return bad(
                 f"sequence jumps from {expected_seq - 1} to {event.chain_seq}: events are missing",
@@ -83,12 +120,25 @@ def verify_chain(repo: AuditRepository, chain: str, head_seq: int, head_hash: st
             return bad(
                 f"event {event.chain_seq} was altered: its hash does not match its content", event.chain_seq
             )
+        if anchors.get(event.chain_seq, digest) != digest:
+            return bad(
+                f"event {event.chain_seq} is not the event recorded earlier (its hash differs from the "
+                "anchor): the chain was rewritten",
+                event.chain_seq,
+            )
         prev, expected_seq, count = digest, expected_seq + 1, count + 1
     if count != head_seq or prev != head_hash:
         return bad(
             f"the chain ends at event {count} but its head says {head_seq}: events were removed", count + 1
         )
+    if anchors and max(anchors) > count:
+        return bad(f"an anchor names event {max(anchors)}, the chain has {count}: events were removed", count + 1)
     return ChainReport(chain, count, head_seq, head_hash, True)
+
+
+def verify_chain(repo: AuditRepository, chain: str, head_seq: int, head_hash: str) -> ChainReport:
+    """:func:`verify_events` over the chain as stored."""
+    return verify_events(chain, repo.chain_events(chain), head_seq, head_hash)
 
 
 def verify_all(repo: AuditRepository, chains: list[str] | None = None) -> list[ChainReport]:

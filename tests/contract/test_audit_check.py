@@ -1,0 +1,106 @@
+"""The audit log checked from outside (service.audit.check): every hash recomputed from the events the
+API exports; a rewritten chain (hashes recomputed, so the service's own check passes) caught by anchors."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import delete, select, update
+
+from service.audit.chain import event_hash
+from service.audit.check import check, main
+from service.db.tables import AuditEvent, AuditHead
+from service.runtime import Runtime
+
+
+def _forget(client: TestClient, owner: str) -> None:
+    r = client.post(
+        "/v1/models/1/deletions", json={"owner_ids": [owner]}, headers={"Idempotency-Key": str(uuid.uuid4())}
+    )
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 30
+    while client.get(f"/v1/deletions/{r.json()['id']}").json()["state"] != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def _rewrite(runtime: Runtime, chain: str, seq: int, payload: dict) -> None:
+    """What a service covering its tracks would do: change one event and recompute every later hash and
+    the head, so that the chain is consistent again."""
+    with runtime.uow() as uow:
+        events = list(
+            uow.session.scalars(
+                select(AuditEvent).where(AuditEvent.chain == chain).order_by(AuditEvent.chain_seq)
+            )
+        )
+        prev = events[seq - 2].hash if seq > 1 else "0" * 64
+        for event in events[seq - 1 :]:
+            if event.chain_seq == seq:
+                event.payload = payload
+            event.prev_hash = prev
+            event.hash = prev = event_hash(
+                prev,
+                chain=event.chain,
+                chain_seq=event.chain_seq,
+                at=event.at,
+                event_type=event.event_type,
+                model_id=event.model_id,
+                request_id=event.request_id,
+                version_id=event.version_id,
+                payload=event.payload,
+            )
+        uow.session.execute(update(AuditHead).where(AuditHead.chain == chain).values(hash=prev))
+        uow.commit()
+
+
+def test_an_intact_log_checks_and_a_rewritten_chain_fails_against_its_anchors(
+    fresh: tuple[TestClient, Runtime], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, runtime = fresh
+    _forget(client, "owner-00002")
+    _forget(client, "owner-00005")
+    reports = check(client)
+    assert {r.chain for r in reports} >= {"system", "model:1", "model:1:requests"}
+    assert all(r.ok for r in reports) and next(r for r in reports if r.chain == "model:1").events >= 5
+    anchors = tmp_path / "anchors.json"
+    assert main(["--save-anchors", str(anchors)], client=client) == 0
+    assert "ok      model:1:" in capsys.readouterr().out
+
+    _rewrite(runtime, "model:1", 2, {"rewritten": True})
+    assert client.get("/v1/audit/verify").json()["ok"]  # consistent again: the service's own check passes
+    assert main([], client=client) == 0  # ... and so does a check without anchors
+    assert main(["--anchors", str(anchors)], client=client) == 1
+    out = capsys.readouterr().out
+    head = json.loads(anchors.read_text())["model:1"]["seq"]  # the anchor is the head seen then
+    assert f"FAILED  model:1: event {head} is not the event recorded earlier" in out
+    assert "ok      model:1:requests" in out
+
+
+def test_an_altered_or_truncated_chain_fails_the_check(fresh: tuple[TestClient, Runtime]) -> None:
+    client, runtime = fresh
+    _forget(client, "owner-00003")
+    with runtime.uow() as uow:  # an edit that does not recompute the hashes
+        uow.session.execute(
+            update(AuditEvent)
+            .where(AuditEvent.chain == "model:1:requests", AuditEvent.chain_seq == 1)
+            .values(payload={"num_samples": 0})
+        )
+        uow.commit()
+    (report,) = check(client, ["model:1:requests"])
+    assert not report.ok and report.first_bad_seq == 1 and "altered" in (report.problem or "")
+
+    with runtime.uow() as uow:  # the tail removed, the head left: events missing
+        last = uow.session.scalar(select(AuditHead.seq).where(AuditHead.chain == "model:1"))
+        uow.session.execute(
+            delete(AuditEvent).where(AuditEvent.chain == "model:1", AuditEvent.chain_seq == last)
+        )
+        uow.commit()
+    (report,) = check(client, ["model:1"])
+    assert not report.ok and "removed" in (report.problem or "")
+    (report,) = check(client, ["model:9"])
+    assert not report.ok and report.problem == "the service reports no such chain"
