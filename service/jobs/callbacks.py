@@ -74,7 +74,7 @@ def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
         url, body = request.callback_url, callback_body(request, version.seq if version else None)
         uow.commit()
     error, retry = _post(rt, url, body, attempt)
-    metrics.CALLBACKS.labels("ok" if error is None else "error").inc()
+    metrics.CALLBACKS.labels("ok" if error is None else "error" if retry else "refused").inc()
     with rt.uow() as uow:
         request = uow.deletions.lock(request_id)
         if request is None or request.callback_state != "pending":
