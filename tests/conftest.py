@@ -1,5 +1,5 @@
-"""Shared test configuration (and the S3-compatible server). Fixtures for the service live next to their tests:
-tests/integration/conftest.py (real Postgres, Redis and Celery) and tests/contract/conftest.py
+"""Shared test configuration, and the S3-compatible server. Fixtures for the service live next to
+their tests: tests/integration/conftest.py (real Postgres, Redis and Celery) and tests/contract/conftest.py
 (the embedded app)."""
 
 from collections.abc import Iterator

@@ -21,47 +21,15 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from service.audit.schemas import AuditEventOut
 from service.audit.service import ChainReport, verify_events
 
 _PAGE = 1000
-
-
-@dataclass(frozen=True)
-class ExportedEvent:
-    """An event as ``GET /v1/audit/events`` gives it, under the names verification reads."""
-
-    chain: str
-    chain_seq: int
-    at: datetime
-    event_type: str
-    model_id: int | None
-    request_id: int | None
-    version_id: int | None
-    payload: dict[str, Any]
-    prev_hash: str
-    hash: str
-
-    @classmethod
-    def from_json(cls, item: Mapping[str, Any]) -> ExportedEvent:
-        return cls(
-            chain=item["chain"],
-            chain_seq=int(item["seq"]),
-            at=datetime.fromisoformat(str(item["at"])),
-            event_type=item["type"],
-            model_id=item["model_id"],
-            request_id=item["request_id"],
-            version_id=item["version_id"],
-            payload=item["payload"],
-            prev_hash=item["prev_hash"],
-            hash=item["hash"],
-        )
 
 
 def heads(client: httpx.Client) -> dict[str, tuple[int, str]]:
@@ -71,7 +39,7 @@ def heads(client: httpx.Client) -> dict[str, tuple[int, str]]:
     return {c["chain"]: (int(c["head_seq"]), c["head_hash"]) for c in response.json()["chains"]}
 
 
-def chain_events(client: httpx.Client, chain: str) -> Iterator[ExportedEvent]:
+def chain_events(client: httpx.Client, chain: str) -> Iterator[AuditEventOut]:
     """Every event of ``chain``, in sequence order, paged through the API."""
     after: int | None = None
     while True:
@@ -82,7 +50,7 @@ def chain_events(client: httpx.Client, chain: str) -> Iterator[ExportedEvent]:
         response.raise_for_status()
         page = response.json()
         items = page["events"]
-        yield from sorted((ExportedEvent.from_json(e) for e in items), key=lambda e: e.chain_seq)
+        yield from sorted((AuditEventOut.model_validate(e) for e in items), key=lambda e: e.seq)
         if page["next_after_id"] is None or not items:
             return
         after = int(page["next_after_id"])
@@ -105,7 +73,9 @@ def check(
             reports.append(ChainReport(chain, 0, 0, "", False, "the service reports no such chain", 1))
             continue
         head_seq, head_hash = reported[chain]
-        reports.append(verify_events(chain, chain_events(client, chain), head_seq, head_hash, anchors.get(chain)))
+        reports.append(
+            verify_events(chain, chain_events(client, chain), head_seq, head_hash, anchors.get(chain))
+        )
     return reports
 
 
@@ -122,7 +92,9 @@ def save_anchors(path: Path, reports: list[ChainReport]) -> None:
 
 
 def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m service.audit.check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m service.audit.check", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--url", help="the service, e.g. http://lethe.internal:8000")
     parser.add_argument("--token", help="a bearer token, when the service requires one (LETHE_API_TOKENS)")
     parser.add_argument("--chain", action="append", help="check this chain only (repeatable); default: all")

@@ -21,6 +21,16 @@ class AuditEventOut(BaseModel):
     prev_hash: str
     hash: str
 
+    # The names verification reads (service.audit.service.ChainedEvent), so that an exported event is
+    # checked by the same code as a stored one (service.audit.check).
+    @property
+    def chain_seq(self) -> int:
+        return self.seq
+
+    @property
+    def event_type(self) -> str:
+        return self.type
+
 
 class AuditPage(BaseModel):
     events: list[AuditEventOut]

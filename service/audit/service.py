@@ -80,6 +80,21 @@ class ChainedEvent(Protocol):
     def hash(self) -> str: ...
 
 
+def rehash(prev_hash: str, event: ChainedEvent) -> str:
+    """The hash ``event`` must carry after ``prev_hash`` (:func:`service.audit.chain.event_hash`)."""
+    return event_hash(
+        prev_hash,
+        chain=event.chain,
+        chain_seq=event.chain_seq,
+        at=event.at,
+        event_type=event.event_type,
+        model_id=event.model_id,
+        request_id=event.request_id,
+        version_id=event.version_id,
+        payload=event.payload,
+    )
+
+
 def verify_events(
     chain: str,
     events: Iterable[ChainedEvent],
@@ -105,17 +120,7 @@ def verify_events(
             )
         if event.prev_hash != prev:
             return bad(f"event {event.chain_seq} does not link to its predecessor", event.chain_seq)
-        digest = event_hash(
-            prev,
-            chain=event.chain,
-            chain_seq=event.chain_seq,
-            at=event.at,
-            event_type=event.event_type,
-            model_id=event.model_id,
-            request_id=event.request_id,
-            version_id=event.version_id,
-            payload=event.payload,
-        )
+        digest = rehash(prev, event)
         if digest != event.hash:
             return bad(
                 f"event {event.chain_seq} was altered: its hash does not match its content", event.chain_seq

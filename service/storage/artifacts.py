@@ -13,7 +13,7 @@ import re
 import secrets
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
@@ -56,6 +56,21 @@ class ArtifactStore(Protocol):
     def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]: ...
 
     def writable(self) -> bool: ...
+
+
+def remove_unreferenced(
+    candidates: Iterable[str], referenced: Referenced, remove: Callable[[str], bool]
+) -> list[str]:
+    """The sweep's removal: ``remove(digest)`` for each candidate no row holds, in batches, each batch
+    looked up and removed inside one ``referenced`` scope (so no reference to a blob being removed can
+    commit meanwhile); ``remove`` says whether it removed the blob. Returns the digests removed."""
+    removed: list[str] = []
+    names = sorted(candidates)
+    for start in range(0, len(names), SWEEP_BATCH):
+        batch = names[start : start + SWEEP_BATCH]
+        with referenced(batch) as live:
+            removed.extend(digest for digest in batch if digest not in live and remove(digest))
+    return removed
 
 
 def digest_of(data: bytes) -> str:
@@ -156,15 +171,9 @@ class LocalArtifactStore:
             elif path.name.startswith(_ASIDE) and stat.st_ctime < cutoff:  # renamed long ago, not in hand
                 leftovers.append(path)
         self._settle_leftovers(leftovers, referenced)
-        removed: list[str] = []
-        names = sorted(candidates)
-        for start in range(0, len(names), SWEEP_BATCH):
-            batch = names[start : start + SWEEP_BATCH]
-            with referenced(batch) as live:
-                for digest in batch:
-                    if digest not in live and self._remove_if_untouched(digest, candidates[digest]):
-                        removed.append(digest)
-        return removed
+        return remove_unreferenced(
+            candidates, referenced, lambda digest: self._remove_if_untouched(digest, candidates[digest])
+        )
 
     def _remove_if_untouched(self, digest: str, listed_mtime_ns: int) -> bool:
         path = self._path(digest)

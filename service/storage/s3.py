@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
-from service.storage.artifacts import DIGEST_RE, SWEEP_BATCH, BlobNotFound, Referenced, digest_of
+from service.storage.artifacts import DIGEST_RE, BlobNotFound, Referenced, digest_of, remove_unreferenced
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -48,9 +48,7 @@ def s3_client(endpoint_url: str | None, pool_size: int = 64) -> Any:
         import boto3
         from botocore.config import Config
     except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise RuntimeError(
-            "LETHE_ARTIFACT_URL names S3, which needs boto3: pip install 'lethe[s3]'"
-        ) from exc
+        raise RuntimeError("LETHE_ARTIFACT_URL names S3, which needs boto3: pip install 'lethe[s3]'") from exc
     return boto3.client(
         "s3",
         endpoint_url=endpoint_url,
@@ -99,19 +97,20 @@ class S3ArtifactStore:
         returns their digests. Each batch is checked and deleted inside one ``referenced`` scope."""
         cutoff = time.time() - older_than_seconds
         candidates = {
-            key[len(self.prefix) :]: modified for key, modified in self._listing() if modified.timestamp() < cutoff
+            key[len(self.prefix) :]: modified
+            for key, modified in self._listing()
+            if modified.timestamp() < cutoff
         }
-        removed: list[str] = []
-        names = sorted(candidates)
-        for start in range(0, len(names), SWEEP_BATCH):
-            batch = names[start : start + SWEEP_BATCH]
-            with referenced(batch) as live:
-                for digest in batch:
-                    if digest in live or self._modified(self._key(digest)) != candidates[digest]:
-                        continue  # held, or put again since the listing (a writer wants it), or gone
-                    self.delete(digest)
-                    removed.append(digest)
-        return removed
+        return remove_unreferenced(
+            candidates, referenced, lambda digest: self._remove_if_untouched(digest, candidates[digest])
+        )
+
+    def _remove_if_untouched(self, digest: str, listed: datetime) -> bool:
+        """Delete the blob unless it was put again since the listing (a writer wants it) or is gone."""
+        if self._modified(self._key(digest)) != listed:
+            return False
+        self.delete(digest)
+        return True
 
     def writable(self) -> bool:
         """Whether an object can be written and deleted under the prefix (the readiness probe)."""

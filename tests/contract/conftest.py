@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -31,6 +33,21 @@ def train_small_model(client: TestClient) -> None:
     while client.get(f"/v1/models/{model.json()['id']}").json()["status"]["state"] != "ready":
         assert time.monotonic() < deadline, "the embedded model did not train"
         time.sleep(0.05)
+
+
+def forget_owner(client: TestClient, owner: str, model_id: int = 1) -> dict[str, Any]:
+    """Delete ``owner`` from the model and wait for the request to complete; returns the request."""
+    r = client.post(
+        f"/v1/models/{model_id}/deletions",
+        json={"owner_ids": [owner]},
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 30
+    while (request := client.get(f"/v1/deletions/{r.json()['id']}").json())["state"] != "completed":
+        assert time.monotonic() < deadline, request
+        time.sleep(0.02)
+    return dict(request)
 
 
 @pytest.fixture(scope="session")

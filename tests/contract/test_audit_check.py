@@ -4,29 +4,17 @@ API exports; a rewritten chain (hashes recomputed, so the service's own check pa
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, select, update
 
-from service.audit.chain import event_hash
 from service.audit.check import check, main
+from service.audit.service import rehash
 from service.db.tables import AuditEvent, AuditHead
 from service.runtime import Runtime
-
-
-def _forget(client: TestClient, owner: str) -> None:
-    r = client.post(
-        "/v1/models/1/deletions", json={"owner_ids": [owner]}, headers={"Idempotency-Key": str(uuid.uuid4())}
-    )
-    assert r.status_code == 202, r.text
-    deadline = time.monotonic() + 30
-    while client.get(f"/v1/deletions/{r.json()['id']}").json()["state"] != "completed":
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+from tests.contract.conftest import forget_owner
 
 
 def _rewrite(runtime: Runtime, chain: str, seq: int, payload: dict) -> None:
@@ -43,17 +31,7 @@ def _rewrite(runtime: Runtime, chain: str, seq: int, payload: dict) -> None:
             if event.chain_seq == seq:
                 event.payload = payload
             event.prev_hash = prev
-            event.hash = prev = event_hash(
-                prev,
-                chain=event.chain,
-                chain_seq=event.chain_seq,
-                at=event.at,
-                event_type=event.event_type,
-                model_id=event.model_id,
-                request_id=event.request_id,
-                version_id=event.version_id,
-                payload=event.payload,
-            )
+            event.hash = prev = rehash(prev, event)
         uow.session.execute(update(AuditHead).where(AuditHead.chain == chain).values(hash=prev))
         uow.commit()
 
@@ -62,8 +40,8 @@ def test_an_intact_log_checks_and_a_rewritten_chain_fails_against_its_anchors(
     fresh: tuple[TestClient, Runtime], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     client, runtime = fresh
-    _forget(client, "owner-00002")
-    _forget(client, "owner-00005")
+    forget_owner(client, "owner-00002")
+    forget_owner(client, "owner-00005")
     reports = check(client)
     assert {r.chain for r in reports} >= {"system", "model:1", "model:1:requests"}
     assert all(r.ok for r in reports) and next(r for r in reports if r.chain == "model:1").events >= 5
@@ -83,7 +61,7 @@ def test_an_intact_log_checks_and_a_rewritten_chain_fails_against_its_anchors(
 
 def test_an_altered_or_truncated_chain_fails_the_check(fresh: tuple[TestClient, Runtime]) -> None:
     client, runtime = fresh
-    _forget(client, "owner-00003")
+    forget_owner(client, "owner-00003")
     with runtime.uow() as uow:  # an edit that does not recompute the hashes
         uow.session.execute(
             update(AuditEvent)

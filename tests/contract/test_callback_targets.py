@@ -24,7 +24,9 @@ def _delete(client: TestClient, path: str, body: dict) -> tuple[int, dict]:
 )
 def test_a_callback_to_an_internal_address_is_refused_at_submission(embedded: TestClient, url: str) -> None:
     before = _count(embedded)
-    status, body = _delete(embedded, "/v1/models/1/deletions", {"owner_ids": ["owner-00001"], "callback_url": url})
+    status, body = _delete(
+        embedded, "/v1/models/1/deletions", {"owner_ids": ["owner-00001"], "callback_url": url}
+    )
     assert status == 422 and body["error"]["code"] == "callback_not_allowed"
     assert "LETHE_CALLBACK_ALLOWED_NETWORKS" in body["error"]["message"]
     status, body = _delete(
@@ -33,7 +35,9 @@ def test_a_callback_to_an_internal_address_is_refused_at_submission(embedded: Te
         {"items": [{"owner_ids": ["owner-00001"]}, {"owner_ids": ["owner-00002"], "callback_url": url}]},
     )
     assert status == 422 and body["error"]["message"].startswith("items[1]: ")
-    status, body = _delete(embedded, "/v1/datasets/1/deletions", {"owner_ids": ["owner-00001"], "callback_url": url})
+    status, body = _delete(
+        embedded, "/v1/datasets/1/deletions", {"owner_ids": ["owner-00001"], "callback_url": url}
+    )
     assert status == 422 and body["error"]["code"] == "callback_not_allowed"
     assert _count(embedded) == before  # nothing was queued
 
@@ -48,7 +52,9 @@ def test_a_name_resolving_to_an_internal_address_is_refused_at_delivery_without_
     client, _ = fresh
     asked: list[tuple[str, int]] = []
 
-    def resolver(host: str, port: int) -> list[str]:  # no DNS on the test machine: answer as a rebinding attacker would
+    def resolver(
+        host: str, port: int
+    ) -> list[str]:  # no DNS on the test machine: answer as a rebinding attacker would
         asked.append((host, port))
         return ["10.9.8.7"]
 
@@ -67,7 +73,11 @@ def test_a_name_resolving_to_an_internal_address_is_refused_at_delivery_without_
     assert request["state"] == "completed"  # the deletion itself is not affected
     assert request["callback"]["state"] == "failed" and request["callback"]["attempts"] == 1  # not retried
     assert asked.count(("hooks.app.example", 443)) == 1
-    events = client.get(f"/v1/audit/events?request_id={body['id']}&event_type=callback.failed").json()["events"]
-    assert len(events) == 1 and events[0]["payload"]["error"].startswith("refused: hooks.app.example resolves")
+    events = client.get(f"/v1/audit/events?request_id={body['id']}&event_type=callback.failed").json()[
+        "events"
+    ]
+    assert len(events) == 1 and events[0]["payload"]["error"].startswith(
+        "refused: hooks.app.example resolves"
+    )
     # at least: the counter and the patched resolver are the process's (another app's callbacks may retry meanwhile)
     assert (REGISTRY.get_sample_value("lethe_callbacks_total", {"outcome": "refused"}) or 0.0) >= refused + 1

@@ -5,13 +5,13 @@ buckets, and every assembled dataset built from them); deleting a model and its 
 from __future__ import annotations
 
 import time
-import uuid
 
 from fastapi.testclient import TestClient
 
 from service.queue import InProcessQueue
 from service.runtime import Runtime
 from service.storage.buckets import bucket_of
+from tests.contract.conftest import forget_owner
 
 
 def test_the_forgotten_owner_s_rows_leave_the_cache_with_their_blobs(
@@ -29,16 +29,7 @@ def test_the_forgotten_owner_s_rows_leave_the_cache_with_their_blobs(
     assert ("bucket", bucket) in runtime.cache.cached()
     assert any(kind == "dataset" for kind, _ in runtime.cache.cached())
 
-    r = client.post(
-        "/v1/models/1/deletions",
-        json={"owner_ids": ["owner-00004"]},
-        headers={"Idempotency-Key": str(uuid.uuid4())},
-    )
-    assert r.status_code == 202, r.text
-    deadline = time.monotonic() + 30
-    while client.get(f"/v1/deletions/{r.json()['id']}").json()["state"] != "completed":
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    forget_owner(client, "owner-00004")
 
     assert not runtime.artifacts.exists(bucket)
     cached = runtime.cache.cached()

@@ -117,7 +117,9 @@ def test_delivery_skips_addresses_it_may_not_reach_and_passes_the_default_port()
 
 def test_a_name_that_resolves_only_to_internal_addresses_is_refused() -> None:
     with pytest.raises(CallbackRefused, match=r"resolves only to .*169\.254\.169\.254"):
-        resolve("http://metadata.attacker.example/x", NONE, lambda host, port: ["169.254.169.254", "10.0.0.1"])
+        resolve(
+            "http://metadata.attacker.example/x", NONE, lambda host, port: ["169.254.169.254", "10.0.0.1"]
+        )
     # ... unless the operator allowed the network
     target = resolve("http://hook.internal:8080/x", parse_networks("10.0.0.0/8"), lambda h, p: ["10.0.0.1"])
     assert target.url == "http://10.0.0.1:8080/x" and target.headers == {"Host": "hook.internal:8080"}

@@ -56,7 +56,9 @@ def test_only_blobs_under_the_prefix_are_listed(store: S3ArtifactStore) -> None:
     assert list(store.digests()) == [digest]  # the probe object is gone
 
 
-def test_sweep_removes_unreferenced_blobs_inside_the_scope_and_spares_young_ones(store: S3ArtifactStore) -> None:
+def test_sweep_removes_unreferenced_blobs_inside_the_scope_and_spares_young_ones(
+    store: S3ArtifactStore,
+) -> None:
     orphan, held = store.put(b"orphan"), store.put(b"held")
     assert store.sweep(3600, scoped(lambda digests: set())) == []  # both younger than the grace
     seen: list[tuple[str, bool]] = []
