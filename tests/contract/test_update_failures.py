@@ -103,7 +103,9 @@ def test_an_update_whose_blob_is_collected_before_its_commit_writes_it_again(
         assert time.monotonic() < deadline, _state(embedded, request_id)
         time.sleep(0.05)
     assert collected and real_exists(collected[0]), "the collected blob was written again"
-    assert REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "apply_deletions"}) == rewrites + 1
+    # at least this one: the counter is the process's (other embedded apps of the session may still run jobs)
+    rewritten = REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "apply_deletions"}) or 0.0
+    assert rewritten >= rewrites + 1
     assert every_reference_is_stored(embedded_runtime, real_exists)
     assert embedded.get("/v1/models/1/weights").status_code == 200
 
