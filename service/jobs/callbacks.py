@@ -2,11 +2,11 @@
 
 Runs as its own job (lane ``io``), so a slow or dead endpoint never delays an update. A failed attempt
 is retried through the outbox with exponential backoff, at most ``LETHE_CALLBACK_MAX_ATTEMPTS`` times;
-then the request records ``callback_state = failed`` (the deletion itself stays completed). With
-``LETHE_CALLBACK_SIGNING_KEY`` set, each POST is signed (:func:`sign`), so the app can tell a callback
-from Lethe from one anybody could send to its endpoint. The POST
-goes only to an address callbacks may reach (:mod:`service.jobs.callback_targets`); a URL that leads
-nowhere else fails at once.
+then the request records ``callback_state = failed`` (the deletion itself stays completed).
+
+The POST goes only to an address callbacks may reach (:mod:`service.jobs.callback_targets`); a URL that
+leads nowhere else fails at once. With ``LETHE_CALLBACK_SIGNING_KEY`` set, each POST is signed
+(:func:`sign`), so the app can tell a callback from Lethe from one anybody could send to its endpoint.
 """
 
 from __future__ import annotations

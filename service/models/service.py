@@ -299,7 +299,9 @@ def _named(uow: UnitOfWork, model: Model, predictions: list[Prediction]) -> list
     names = uow.datasets.class_names(model.dataset_id)
     if not names:
         return predictions
-    return [p.model_copy(update={"class_name": names[p.label] if p.label < len(names) else None}) for p in predictions]
+    return [
+        p.model_copy(update={"class_name": names[p.label] if p.label < len(names) else None}) for p in predictions
+    ]
 
 
 def _flat_spec(spec: dict[str, Any]) -> ModelSpec | None:
