@@ -12,15 +12,25 @@ about 50 lines, is the whole definition), so altering, inserting, removing or re
 A service that rewrote a chain whole, recomputing every hash, would pass that check. Anchors catch it:
 ``--save-anchors FILE`` records each chain's head as verified now, and a later run with
 ``--anchors FILE`` requires those events still to have those hashes (keep the file where the service
-cannot write it). Exit status 0 when every chain checked is intact, 1 otherwise, 2 for a usage error.
+cannot write it).
+
+Then each model's versions are checked against the ledger and the log (``--no-models`` skips this):
+every version has exactly one ledger entry, whose charge, spent and cap are its certificate's; no entry
+spends more than its cap; the log's event for the version (``model.trained``, ``version.created`` or
+``retrain.completed``) names the version's weights digest; and the weights the service serves now hash
+to the digest of the version it says it serves. Exit status 0 when everything checked holds, 1
+otherwise, 2 for a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +70,11 @@ def check(
     client: httpx.Client,
     chains: list[str] | None = None,
     anchors: Mapping[str, Mapping[int, str]] | None = None,
+    read: dict[str, list[AuditEventOut]] | None = None,
 ) -> list[ChainReport]:
     """Verify ``chains`` (default: every chain the service reports) against the service's heads and the
     ``anchors`` (chain -> sequence number -> hash). A chain anchored earlier that the service no longer
-    reports is a failure: the whole chain was removed."""
+    reports is a failure: the whole chain was removed. ``read`` collects each chain's events."""
     anchors = anchors or {}
     reported = heads(client)
     wanted = chains if chains is not None else sorted(reported | {c: (0, "") for c in anchors})
@@ -73,10 +84,119 @@ def check(
             reports.append(ChainReport(chain, 0, 0, "", False, "the service reports no such chain", 1))
             continue
         head_seq, head_hash = reported[chain]
-        reports.append(
-            verify_events(chain, chain_events(client, chain), head_seq, head_hash, anchors.get(chain))
-        )
+        events = list(chain_events(client, chain))
+        if read is not None:
+            read[chain] = events
+        reports.append(verify_events(chain, events, head_seq, head_hash, anchors.get(chain)))
     return reports
+
+
+# The events that record a version's release, each naming its weights' digest.
+_RELEASES = ("model.trained", "version.created", "retrain.completed")
+
+
+@dataclass
+class ModelReport:
+    model_id: int
+    versions: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _get(client: httpx.Client, path: str, **params: Any) -> Any:
+    response = client.get(path, params=params)
+    response.raise_for_status()
+    return response.json()
+
+
+def _pages(client: httpx.Client, path: str, key: str, cursor: tuple[str, str], limit: int) -> list[Any]:
+    """Every item of a paged list: ``cursor`` is (the query parameter, the item field it continues from);
+    a page shorter than ``limit`` is the last."""
+    parameter, item_field = cursor
+    items: list[Any] = []
+    while True:
+        after = {parameter: items[-1][item_field]} if items else {}
+        page = _get(client, path, limit=limit, **after)[key]
+        items.extend(page)
+        if len(page) < limit:
+            return items
+
+
+def check_model(client: httpx.Client, model_id: int, events: Sequence[AuditEventOut]) -> ModelReport:
+    """The model's versions against its ledger, its audit chain (``events``) and the weights served."""
+    versions = _pages(client, f"/v1/models/{model_id}/versions", "versions", ("after_seq", "seq"), 1000)
+    charges = _get(client, f"/v1/models/{model_id}/budget")["charges"]
+    report = ModelReport(model_id, len(versions))
+    entries: dict[int, list[dict[str, Any]]] = {}
+    for entry in charges:
+        entries.setdefault(entry["version_seq"], []).append(entry)
+        if entry["spent"] > entry["cap"] * (1 + 1e-9):
+            report.problems.append(
+                f"a {entry['kind']} entry of epoch {entry['budget_epoch']} spends {entry['spent']} of a cap of "
+                f"{entry['cap']}"
+            )
+    logged = {
+        int(e.payload.get("seq", 0)): e.payload.get("weights_sha256") for e in events if e.type in _RELEASES
+    }
+    for version in versions:
+        report.problems += _version_problems(
+            version, entries.get(version["seq"], []), logged.get(version["seq"])
+        )
+    report.problems += _served_problems(client, model_id, {v["seq"]: v["weights_sha256"] for v in versions})
+    return report
+
+
+def _version_problems(
+    version: dict[str, Any], entries: list[dict[str, Any]], logged: str | None
+) -> list[str]:
+    seq, cert = version["seq"], version["certificate"]
+    problems = []
+    if len(entries) != 1:
+        problems.append(f"version {seq} has {len(entries)} ledger entries; every version has exactly one")
+    else:
+        entry = entries[0]
+        for name, key in (("charge", "charge"), ("spent", "budget_spent"), ("cap", "budget_cap")):
+            if not math.isclose(
+                float(entry[name]), float(cert.get(key, math.nan)), rel_tol=1e-9, abs_tol=1e-12
+            ):
+                problems.append(
+                    f"version {seq}: the ledger's {name} {entry[name]} is not its certificate's {cert.get(key)}"
+                )
+        if entry["budget_epoch"] != version["budget_epoch"]:
+            problems.append(
+                f"version {seq}: ledger epoch {entry['budget_epoch']}, version epoch {version['budget_epoch']}"
+            )
+    if logged != version["weights_sha256"]:
+        problems.append(
+            f"version {seq}: the audit log names weights {logged}, the version {version['weights_sha256']}"
+        )
+    return problems
+
+
+def _served_problems(client: httpx.Client, model_id: int, digests: Mapping[int, str]) -> list[str]:
+    """The weights served now must hash to the digest of the version the service says it serves."""
+    response = client.get(f"/v1/models/{model_id}/weights")
+    if response.status_code in (404, 409, 410):  # no weights served: not trained yet, or deleted
+        return []
+    response.raise_for_status()
+    seq = int(response.headers["X-Model-Version"])
+    served = hashlib.sha256(response.content).hexdigest()
+    if served != digests.get(seq):
+        return [f"the weights served as version {seq} hash to {served}, the version says {digests.get(seq)}"]
+    return []
+
+
+def _events(client: httpx.Client, read: dict[str, list[AuditEventOut]], model_id: int) -> list[AuditEventOut]:
+    """The model's chain, as the chain check read it, or read now (a check of other chains only)."""
+    chain = f"model:{model_id}"
+    return read[chain] if chain in read else list(chain_events(client, chain))
+
+
+def model_ids(client: httpx.Client) -> list[int]:
+    return [int(m["id"]) for m in _pages(client, "/v1/models", "models", ("after_id", "id"), 500)]
 
 
 def load_anchors(path: Path) -> dict[str, dict[int, str]]:
@@ -100,6 +220,9 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
     parser.add_argument("--chain", action="append", help="check this chain only (repeatable); default: all")
     parser.add_argument("--anchors", type=Path, help="heads recorded by an earlier run (--save-anchors)")
     parser.add_argument("--save-anchors", type=Path, help="write the verified heads here, for the next run")
+    parser.add_argument(
+        "--no-models", action="store_true", help="check the chains only, not the models' ledger and weights"
+    )
     args = parser.parse_args(argv)
     if client is None and not args.url:
         parser.error("--url is required")
@@ -110,8 +233,14 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     own = client is None
     client = client or httpx.Client(base_url=args.url, headers=headers, timeout=30)
+    read: dict[str, list[AuditEventOut]] = {}
     try:
-        reports = check(client, args.chain, anchors)
+        reports = check(client, args.chain, anchors, read)
+        models = (
+            []
+            if args.no_models
+            else [check_model(client, m, _events(client, read, m)) for m in model_ids(client)]
+        )
     except httpx.HTTPError as exc:
         print(f"cannot read the audit log: {exc}", file=sys.stderr)
         return 1
@@ -123,9 +252,16 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
             print(f"ok      {r.chain}: {r.events} events, head {r.head_seq} {r.head_hash}")
         else:
             print(f"FAILED  {r.chain}: {r.problem} (first bad event: {r.first_bad_seq})")
+    for m in models:
+        if m.ok:
+            print(
+                f"ok      model {m.model_id}: {m.versions} versions match the ledger, the log and the weights served"
+            )
+        for problem in m.problems:
+            print(f"FAILED  model {m.model_id}: {problem}")
     if args.save_anchors:
         save_anchors(args.save_anchors, reports)
-    return 0 if all(r.ok for r in reports) else 1
+    return 0 if all(r.ok for r in reports) and all(m.ok for m in models) else 1
 
 
 if __name__ == "__main__":

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select, text, update
 
 from service.audit.check import check, main
 from service.audit.service import rehash
-from service.db.tables import AuditEvent, AuditHead
+from service.db.tables import AuditEvent, AuditHead, LedgerEntry, ModelVersion
 from service.runtime import Runtime
 from tests.contract.conftest import forget_owner
 
@@ -47,7 +47,9 @@ def test_an_intact_log_checks_and_a_rewritten_chain_fails_against_its_anchors(
     assert all(r.ok for r in reports) and next(r for r in reports if r.chain == "model:1").events >= 5
     anchors = tmp_path / "anchors.json"
     assert main(["--save-anchors", str(anchors)], client=client) == 0
-    assert "ok      model:1:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ok      model:1:" in out
+    assert "ok      model 1: 3 versions match the ledger, the log and the weights served" in out
 
     _rewrite(runtime, "model:1", 2, {"rewritten": True})
     assert client.get("/v1/audit/verify").json()["ok"]  # consistent again: the service's own check passes
@@ -82,3 +84,31 @@ def test_an_altered_or_truncated_chain_fails_the_check(fresh: tuple[TestClient, 
     assert not report.ok and "removed" in (report.problem or "")
     (report,) = check(client, ["model:9"])
     assert not report.ok and report.problem == "the service reports no such chain"
+
+
+def test_a_ledger_or_served_weights_that_disagree_with_the_versions_fail_the_check(
+    fresh: tuple[TestClient, Runtime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, runtime = fresh
+    forget_owner(client, "owner-00006")
+    assert main(["--no-models"], client=client) == 0
+    assert "model 1:" not in capsys.readouterr().out.replace("model:1", "")
+
+    with runtime.uow() as uow:  # the ledger charged less than the certificate says, and overspent
+        uow.session.execute(text("PRAGMA ignore_check_constraints = ON"))  # as a service that dropped it would
+        entry = uow.session.scalars(select(LedgerEntry).where(LedgerEntry.kind == "charge")).one()
+        entry.charge, entry.spent = entry.charge / 2, entry.budget_cap * 2
+        uow.commit()
+    assert main([], client=client) == 1
+    out = capsys.readouterr().out
+    assert "FAILED  model 1: version 2: the ledger's charge" in out
+    assert "FAILED  model 1: a charge entry of epoch 1 spends" in out
+
+    with runtime.uow() as uow:  # the current version names other weights than those served and logged
+        version = uow.session.scalars(select(ModelVersion).where(ModelVersion.seq == 2)).one()
+        version.released_sha256 = "0" * 64
+        uow.commit()
+    assert main(["--chain", "model:1"], client=client) == 1
+    out = capsys.readouterr().out
+    assert "FAILED  model 1: version 2: the audit log names weights" in out
+    assert "FAILED  model 1: the weights served as version 2 hash to" in out

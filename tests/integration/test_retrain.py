@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.audit.check import chain_events, check, check_model
 from tests.integration.conftest import Client
 
 pytestmark = pytest.mark.integration
@@ -48,3 +49,10 @@ def test_budget_exhaustion_triggers_a_retrain_that_completes_the_waiting_request
         "events"
     ]
     assert len(events) == 1 and "max_deletions" in events[0]["payload"]["reason"]
+
+    # Checked from outside (service.audit.check): every version, the retrained one included, has its
+    # ledger entry and its release event, and the weights served are the last version's.
+    (chain,) = check(client.http, [f"model:{model_id}"])
+    assert chain.ok, chain.problem
+    report = check_model(client.http, model_id, list(chain_events(client.http, f"model:{model_id}")))
+    assert report.ok and report.versions == 4, report.problems
