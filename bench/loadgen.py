@@ -21,6 +21,12 @@ class HttpError(RuntimeError):
     """An answer this client does not accept: a status of 400 or more, or a body it cannot frame."""
 
 
+class StaleConnection(HttpError):
+    """The server closed the connection before answering. On a kept-alive connection that means it was
+    closed while idle and the request went nowhere; it is sent again once on a new connection (the
+    benchmark's deletions carry Idempotency-Keys, so even a request that did arrive would be replayed)."""
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int
@@ -51,11 +57,24 @@ class KeepAliveClient:
             + "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
             + "\r\n"
         )
+        request = head.encode("latin-1") + body
         async with self._slots:
-            reader, writer = self._idle.pop() if self._idle else await self._connect()
+            reused = bool(self._idle)
+            reader, writer = self._idle.pop() if reused else await self._connect()
             try:
-                writer.write(head.encode("latin-1") + body)
-                answer, keep = await asyncio.wait_for(_read_answer(reader), self._timeout)
+                answer, keep = await self._exchange(reader, writer, request)
+            except StaleConnection:
+                writer.close()
+                if not reused:
+                    raise HttpError("the server closed a new connection before answering") from None
+                # A kept-alive connection the server closed while it sat idle (uvicorn closes them after
+                # 5 s): the request never reached it, so it goes again on a new connection.
+                reader, writer = await self._connect()
+                try:
+                    answer, keep = await self._exchange(reader, writer, request)
+                except BaseException:
+                    writer.close()
+                    raise
             except BaseException:
                 writer.close()
                 raise
@@ -66,6 +85,16 @@ class KeepAliveClient:
         if answer.status >= 400:
             raise HttpError(f"POST {path} answered {answer.status}: {answer.body[:500]!r}")
         return answer
+
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+    ) -> tuple[Answer, bool]:
+        try:
+            writer.write(request)
+            await writer.drain()
+        except ConnectionError as exc:  # reset while idle: nothing was sent
+            raise StaleConnection(str(exc)) from exc
+        return await asyncio.wait_for(_read_answer(reader), self._timeout)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection(self._host, self._port)
@@ -78,9 +107,12 @@ class KeepAliveClient:
 
 async def _read_answer(reader: asyncio.StreamReader) -> tuple[Answer, bool]:
     """One answer: (status and body, whether the connection may be reused)."""
-    status_line = await reader.readline()
+    try:
+        status_line = await reader.readline()
+    except ConnectionError as exc:
+        raise StaleConnection(str(exc)) from exc
     if not status_line:
-        raise HttpError("the server closed the connection before answering")
+        raise StaleConnection("the server closed the connection before answering")
     try:
         version, code = status_line.split(b" ", 2)[:2]
         status = int(code)

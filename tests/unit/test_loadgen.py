@@ -84,3 +84,42 @@ def test_refuses_errors_and_bodies_it_cannot_frame(answer: bytes, message: str) 
             server.close()
 
     asyncio.run(run())
+
+
+def test_a_kept_alive_connection_the_server_closed_while_idle_is_replaced() -> None:
+    """uvicorn closes a connection idle for 5 s: the next request on it must go on a new connection."""
+
+    async def run() -> list[bytes]:
+        seen: list[bytes] = []
+        answers = [_answer(202, {"id": 1})]
+        server, base = await _serve(answers, seen)  # answers one request, then closes the connection
+        client = KeepAliveClient(base, connections=1)
+        assert (await client.post_json("/v1/x", {"n": 1})).json() == {"id": 1}
+        await asyncio.sleep(0.05)  # the server has closed it by now
+        answers.append(_answer(202, {"id": 2}))
+        assert (await client.post_json("/v1/x", {"n": 2})).json() == {"id": 2}
+        await client.aclose()
+        server.close()
+        return seen
+
+    seen = asyncio.run(run())
+    assert [s for s in seen if s.startswith(b"connection")] == [b"connection 1", b"connection 2"]
+    assert seen[-1].endswith(b'{"n":2}')
+
+
+def test_a_new_connection_closed_before_answering_is_an_error() -> None:
+    async def run() -> None:
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.close()
+
+        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        client = KeepAliveClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        try:
+            with pytest.raises(HttpError, match="closed a new connection"):
+                await client.post_json("/v1/x", {"n": 1})
+        finally:
+            await client.aclose()
+            server.close()
+
+    asyncio.run(run())
