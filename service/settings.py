@@ -85,7 +85,7 @@ class Settings(BaseSettings):
         """The accepted bearer tokens, as bytes for a constant-time comparison."""
         return tuple(t.strip().encode() for t in (self.api_tokens or "").split(",") if t.strip())
 
-    @property
+    @cached_property
     def callback_networks(self) -> tuple[Network, ...]:
         """The non-public networks callbacks may reach (public addresses always may)."""
         return parse_networks(self.callback_allowed_networks)
