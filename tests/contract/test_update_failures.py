@@ -96,16 +96,14 @@ def test_an_update_whose_blob_is_collected_before_its_commit_writes_it_again(
     every blob of the new version stored."""
     embedded, embedded_runtime = fresh
     collected, real_exists = collect_one_new_blob(embedded_runtime, monkeypatch)
-    rewrites = REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "apply_deletions"}) or 0.0
+    rewrites = _rewrites("apply_deletions")
     request_id = _submit(embedded, "owner-00005")
     deadline = time.monotonic() + 30
     while _state(embedded, request_id)["state"] != "completed":
         assert time.monotonic() < deadline, _state(embedded, request_id)
         time.sleep(0.05)
     assert collected and real_exists(collected[0]), "the collected blob was written again"
-    # at least this one: the counter is the process's (other embedded apps of the session may still run jobs)
-    rewritten = REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "apply_deletions"}) or 0.0
-    assert rewritten >= rewrites + 1
+    assert _rewrites("apply_deletions") >= rewrites + 1
     assert every_reference_is_stored(embedded_runtime, real_exists)
     assert embedded.get("/v1/models/1/weights").status_code == 200
 
@@ -117,21 +115,11 @@ def test_a_training_whose_blob_is_collected_before_its_commit_writes_it_again(
     ready with every blob it names stored. (Another seed: trained alike, the model would share every
     blob with model 1, and none would be new.)"""
     embedded, embedded_runtime = fresh
-    rewrites = REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) or 0.0
+    rewrites = _rewrites("train_model")
     collected, real_exists = collect_one_new_blob(embedded_runtime, monkeypatch)
-    r = embedded.post(
-        "/v1/models", json={"name": "again", "dataset_id": 1, "seed": 7, "hyperparameters": {"epochs": 1}}
-    )
-    assert r.status_code == 202, r.text
-    model_id = r.json()["id"]
-    deadline = time.monotonic() + 60
-    while (state := embedded.get(f"/v1/models/{model_id}").json()["status"])["state"] != "ready":
-        assert state["state"] in ("queued", "training") and time.monotonic() < deadline, state
-        time.sleep(0.05)
+    _train(embedded, "again", seed=7)
     assert collected and real_exists(collected[0])
-    # At least this one: the counter is the process's, and trainings of the session's app (registered by
-    # the schema fuzzer just before) may still run in its worker threads and count rewrites of their own.
-    assert (REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) or 0.0) >= rewrites + 1
+    assert _rewrites("train_model") >= rewrites + 1
     assert every_reference_is_stored(embedded_runtime, real_exists)
 
 
@@ -143,7 +131,7 @@ def test_a_training_whose_statistics_are_unlinked_before_its_record_writes_them_
     Redis (BlobNotFound: the model stayed in training). Redis is filled from the statistics in memory now,
     so the commit's check sees the unlinked blob and the release is written again."""
     embedded, embedded_runtime = fresh
-    rewrites = REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) or 0.0
+    rewrites = _rewrites("train_model")
     original = training._record_training
     unlinked: list[str] = []
 
@@ -155,16 +143,26 @@ def test_a_training_whose_statistics_are_unlinked_before_its_record_writes_them_
         return original(rt, model_id, release, certificate)
 
     monkeypatch.setattr(training, "_record_training", record_after_a_collector)
+    _train(embedded, "raced", seed=11)
+    assert unlinked and embedded_runtime.artifacts.exists(unlinked[0]), "the unlinked blob was written again"
+    assert _rewrites("train_model") >= rewrites + 1
+
+
+def _train(embedded: TestClient, name: str, *, seed: int) -> int:
+    """Register a 1-epoch model on dataset 1 and wait until it is ready; returns its id."""
     r = embedded.post(
-        "/v1/models", json={"name": "raced", "dataset_id": 1, "seed": 11, "hyperparameters": {"epochs": 1}}
+        "/v1/models", json={"name": name, "dataset_id": 1, "seed": seed, "hyperparameters": {"epochs": 1}}
     )
     assert r.status_code == 202, r.text
-    model_id = r.json()["id"]
+    model_id = int(r.json()["id"])
     deadline = time.monotonic() + 60
     while (state := embedded.get(f"/v1/models/{model_id}").json()["status"])["state"] != "ready":
         assert state["state"] in ("queued", "training") and time.monotonic() < deadline, state
         time.sleep(0.05)
-    assert unlinked and embedded_runtime.artifacts.exists(unlinked[0]), "the unlinked blob was written again"
-    # At least this one: the counter is the process's, and trainings of the session's app (registered by
-    # the schema fuzzer just before) may still run in its worker threads and count rewrites of their own.
-    assert (REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": "train_model"}) or 0.0) >= rewrites + 1
+    return model_id
+
+
+def _rewrites(job: str) -> float:
+    """Blob rewrites counted so far. The counter is the process's: other embedded apps of the session
+    (trainings the schema fuzzer registered) may add their own, so the tests require "at least"."""
+    return REGISTRY.get_sample_value("lethe_blob_rewrites_total", {"job": job}) or 0.0
