@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,8 +245,10 @@ class Deployment:
     var: Path
 
 
-@pytest.fixture()
-def deployment(tmp_path: Path) -> Iterator[Deployment]:
+@contextmanager
+def deployment_of_its_own(tmp_path: Path, **overrides: str) -> Iterator[Deployment]:
+    """A :class:`Deployment` with these settings changed (``LETHE_`` names without the prefix, lower
+    case; an empty value removes the variable)."""
     token = new_token()
     try:
         with postgres_database(f"lethe_isolated_{token}") as pg, redis_database(token) as redis_url:
@@ -258,7 +261,9 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
                 dispatcher_interval_seconds="0.2",
                 reconcile_after_seconds="1",
                 torch_threads="1",
+                **overrides,
             )
+            env = {k: v for k, v in env.items() if v}
             engine = make_engine(pg)
             try:
                 upgrade(engine)
@@ -269,3 +274,9 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
                 yield Deployment(env, runtime, Client(http), tmp_path)
     except ServersUnavailable as exc:
         _unavailable(exc)
+
+
+@pytest.fixture()
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    with deployment_of_its_own(tmp_path) as d:
+        yield d
