@@ -165,6 +165,28 @@ def test_node_graph_json_accepts_dense_features_and_rejects_bad_input() -> None:
         NodeGraph.from_json({**obj, "nodes": [{**obj["nodes"][0], "features": [1, 2]}]})
 
 
+
+def test_node_graph_json_infers_its_counts_and_names_what_is_missing() -> None:
+    nodes = [
+        {"id": "a", "label": 0, "split": "train", "features": [1, 0]},
+        {"id": "b", "label": 2.0, "split": "train", "features": [0, 1]},
+    ]
+    g = NodeGraph.from_json({"nodes": nodes, "edges": [["a", "b"]]})
+    assert g.num_features == 2 and g.num_classes == 3 and g.labels.tolist() == [0, 2]
+    sparse = [{**nodes[0], "features": {"indices": [0], "values": [1.0]}}]
+    for bad, message in [
+        ({"nodes": sparse}, "give 'num_features'"),
+        ({"nodes": [{**nodes[0], "label": None}], "num_features": 2}, "give 'num_classes'"),
+        ({"nodes": nodes, "num_features": 0}, "'num_features' must be a whole number >= 1"),
+        ({"nodes": [{**nodes[0], "label": "cat"}]}, "node 'a': label 'cat' is not a class index"),
+        ({"nodes": [{**nodes[0], "label": -1}]}, "node 'a': label -1 is not a class index"),
+        ({"nodes": [nodes[0], {"label": 1}]}, "node 1 \\(0-based\\) has no 'id'"),
+        ({"nodes": "x"}, "'nodes' must be a list"),
+    ]:
+        with pytest.raises(InvalidDatasetError, match=message):
+            NodeGraph.from_json(bad)
+
+
 # ---------------------------------------------------------------------------------- collections
 
 

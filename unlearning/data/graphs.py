@@ -68,7 +68,8 @@ JSON, a node-classification graph (:meth:`NodeGraph.to_json` / :meth:`NodeGraph.
 ``features`` is either a dense list of ``num_features`` numbers or a sparse
 ``{"indices": [...], "values": [...]}`` object; ``label`` null means unlabelled; ``split`` one of
 ``train``, ``val``, ``test``, ``none``; ``owner`` defaults to the node id; ``deleted`` /
-``features_deleted`` optional booleans.
+``features_deleted`` optional booleans. ``num_features`` may be left out when features are dense
+lists (their length), ``num_classes`` when some node has a label (the largest label plus one).
 """
 
 from __future__ import annotations
@@ -515,13 +516,24 @@ class NodeGraph:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> NodeGraph:
-        """Parse the JSON object of the module docstring; malformed input raises InvalidDatasetError."""
+        """Parse the JSON object of the module docstring; malformed input raises InvalidDatasetError
+        naming what to fix. ``num_features`` may be left out when the nodes' features are dense lists
+        (their length), ``num_classes`` when labels are given (the largest label plus one)."""
+        if not isinstance(obj, Mapping):
+            raise InvalidDatasetError("a node-graph JSON document is an object with a 'nodes' list")
         if obj.get("format", NODE_GRAPH_FORMAT) != NODE_GRAPH_FORMAT:
             raise InvalidDatasetError(f"expected format {NODE_GRAPH_FORMAT!r}, got {obj.get('format')!r}")
+        nodes = obj.get("nodes")
+        if not isinstance(nodes, list) or not all(isinstance(nd, Mapping) for nd in nodes):
+            raise InvalidDatasetError("'nodes' must be a list of node objects, each with an 'id'")
+        missing = next((i for i, nd in enumerate(nodes) if "id" not in nd), None)
+        if missing is not None:
+            raise InvalidDatasetError(f"node {missing} (0-based) has no 'id'")
+        ids = [str(nd["id"]) for nd in nodes]
         try:
-            num_features = int(obj["num_features"])
-            nodes = list(obj["nodes"])
-            ids = [str(nd["id"]) for nd in nodes]
+            num_features = _json_count(obj, "num_features", _dense_width(nodes))
+            labels = [_json_label(nd.get("label"), ids[i]) for i, nd in enumerate(nodes)]
+            num_classes = _json_count(obj, "num_classes", max(labels, default=-1) + 1 or None)
             rows, cols, vals = [], [], []
             for i, nd in enumerate(nodes):
                 c, v = _json_feature_row(nd.get("features", []), num_features, ids[i])
@@ -529,7 +541,6 @@ class NodeGraph:
                 cols.extend(c)
                 vals.extend(v)
             feats = sp.csr_matrix((vals, (rows, cols)), shape=(len(nodes), num_features), dtype=np.float64)
-            labels = [(-1 if nd.get("label") is None else int(nd["label"])) for nd in nodes]
             split = [_split_code(nd.get("split", "none"), ids[i]) for i, nd in enumerate(nodes)]
             index = {nid: i for i, nid in enumerate(ids)}
             edges = [[_lookup(index, e[0]), _lookup(index, e[1])] for e in obj.get("edges", [])]
@@ -537,7 +548,7 @@ class NodeGraph:
                 node_ids=tuple(ids),
                 features=feats,
                 labels=np.asarray(labels, dtype=np.int64),
-                num_classes=int(obj["num_classes"]),
+                num_classes=num_classes,
                 edges=np.asarray(edges, dtype=np.int64).reshape(-1, 2),
                 split=np.asarray(split, dtype=np.int8),
                 deleted=np.asarray([bool(nd.get("deleted", False)) for nd in nodes]),
@@ -545,8 +556,40 @@ class NodeGraph:
                 owner_ids=tuple(str(nd.get("owner", nd["id"])) for nd in nodes),
                 name=str(obj.get("name", "graph")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidDatasetError(f"malformed node-graph JSON: {exc}") from None
+        except InvalidDatasetError:
+            raise  # already says what to fix
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InvalidDatasetError(f"malformed node-graph JSON: {type(exc).__name__}: {exc}") from None
+
+
+def _dense_width(nodes: Sequence[Mapping[str, Any]]) -> int | None:
+    """The length of the first dense feature list, if any node gives one."""
+    return next((len(nd["features"]) for nd in nodes if isinstance(nd.get("features"), list)), None)
+
+
+def _json_count(obj: Mapping[str, Any], key: str, inferred: int | None) -> int:
+    """``obj[key]`` as a whole number >= 1, or what the nodes imply when it is left out."""
+    value = obj.get(key, inferred)
+    if value is None:
+        raise InvalidDatasetError(
+            f"node-graph JSON: give {key!r} (the nodes do not imply it: "
+            + ("features are sparse or absent" if key == "num_features" else "no node has a label")
+            + ")"
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidDatasetError(f"node-graph JSON: {key!r} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _json_label(label: Any, node: str) -> int:
+    """A node's class index; null (unlabelled) is -1."""
+    if label is None:
+        return -1
+    if isinstance(label, bool) or not isinstance(label, int | float) or label != int(label) or label < 0:
+        raise InvalidDatasetError(
+            f"node {node!r}: label {label!r} is not a class index (a whole number >= 0, or null for unlabelled)"
+        )
+    return int(label)
 
 
 def _json_feature_row(value: Any, num_features: int, node: str) -> tuple[list[int], list[float]]:
