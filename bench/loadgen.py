@@ -64,20 +64,12 @@ class KeepAliveClient:
             try:
                 answer, keep = await self._exchange(reader, writer, request)
             except StaleConnection:
-                writer.close()
                 if not reused:
                     raise HttpError("the server closed a new connection before answering") from None
                 # A kept-alive connection the server closed while it sat idle (uvicorn closes them after
                 # 5 s): the request never reached it, so it goes again on a new connection.
                 reader, writer = await self._connect()
-                try:
-                    answer, keep = await self._exchange(reader, writer, request)
-                except BaseException:
-                    writer.close()
-                    raise
-            except BaseException:
-                writer.close()
-                raise
+                answer, keep = await self._exchange(reader, writer, request)
             if keep:
                 self._idle.append((reader, writer))
             else:
@@ -89,12 +81,17 @@ class KeepAliveClient:
     async def _exchange(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
     ) -> tuple[Answer, bool]:
+        """Send ``request`` and read its answer; the connection is closed if that fails."""
         try:
-            writer.write(request)
-            await writer.drain()
-        except ConnectionError as exc:  # reset while idle: nothing was sent
-            raise StaleConnection(str(exc)) from exc
-        return await asyncio.wait_for(_read_answer(reader), self._timeout)
+            try:
+                writer.write(request)
+                await writer.drain()
+            except ConnectionError as exc:  # reset while idle: nothing was sent
+                raise StaleConnection(str(exc)) from exc
+            return await asyncio.wait_for(_read_answer(reader), self._timeout)
+        except BaseException:
+            writer.close()
+            raise
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection(self._host, self._port)

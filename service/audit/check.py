@@ -29,7 +29,7 @@ import hashlib
 import json
 import math
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,26 +44,15 @@ _PAGE = 1000
 
 def heads(client: httpx.Client) -> dict[str, tuple[int, str]]:
     """Each chain's head as the service reports it: chain -> (last sequence number, last hash)."""
-    response = client.get("/v1/audit/verify")
-    response.raise_for_status()
-    return {c["chain"]: (int(c["head_seq"]), c["head_hash"]) for c in response.json()["chains"]}
+    return {
+        c["chain"]: (int(c["head_seq"]), c["head_hash"]) for c in _get(client, "/v1/audit/verify")["chains"]
+    }
 
 
-def chain_events(client: httpx.Client, chain: str) -> Iterator[AuditEventOut]:
+def chain_events(client: httpx.Client, chain: str) -> list[AuditEventOut]:
     """Every event of ``chain``, in sequence order, paged through the API."""
-    after: int | None = None
-    while True:
-        params: dict[str, Any] = {"chain": chain, "limit": _PAGE}
-        if after is not None:
-            params["after_id"] = after
-        response = client.get("/v1/audit/events", params=params)
-        response.raise_for_status()
-        page = response.json()
-        items = page["events"]
-        yield from sorted((AuditEventOut.model_validate(e) for e in items), key=lambda e: e.seq)
-        if page["next_after_id"] is None or not items:
-            return
-        after = int(page["next_after_id"])
+    events = _pages(client, "/v1/audit/events", "events", ("after_id", "id"), _PAGE, chain=chain)
+    return sorted((AuditEventOut.model_validate(e) for e in events), key=lambda e: e.seq)
 
 
 def check(
@@ -84,7 +73,7 @@ def check(
             reports.append(ChainReport(chain, 0, 0, "", False, "the service reports no such chain", 1))
             continue
         head_seq, head_hash = reported[chain]
-        events = list(chain_events(client, chain))
+        events = chain_events(client, chain)
         if read is not None:
             read[chain] = events
         reports.append(verify_events(chain, events, head_seq, head_hash, anchors.get(chain)))
@@ -112,14 +101,16 @@ def _get(client: httpx.Client, path: str, **params: Any) -> Any:
     return response.json()
 
 
-def _pages(client: httpx.Client, path: str, key: str, cursor: tuple[str, str], limit: int) -> list[Any]:
+def _pages(
+    client: httpx.Client, path: str, key: str, cursor: tuple[str, str], limit: int, **params: Any
+) -> list[Any]:
     """Every item of a paged list: ``cursor`` is (the query parameter, the item field it continues from);
     a page shorter than ``limit`` is the last."""
     parameter, item_field = cursor
     items: list[Any] = []
     while True:
         after = {parameter: items[-1][item_field]} if items else {}
-        page = _get(client, path, limit=limit, **after)[key]
+        page = _get(client, path, limit=limit, **params, **after)[key]
         items.extend(page)
         if len(page) < limit:
             return items
@@ -192,7 +183,7 @@ def _served_problems(client: httpx.Client, model_id: int, digests: Mapping[int, 
 def _events(client: httpx.Client, read: dict[str, list[AuditEventOut]], model_id: int) -> list[AuditEventOut]:
     """The model's chain, as the chain check read it, or read now (a check of other chains only)."""
     chain = f"model:{model_id}"
-    return read[chain] if chain in read else list(chain_events(client, chain))
+    return read[chain] if chain in read else chain_events(client, chain)
 
 
 def model_ids(client: httpx.Client) -> list[int]:

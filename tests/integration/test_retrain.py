@@ -54,5 +54,5 @@ def test_budget_exhaustion_triggers_a_retrain_that_completes_the_waiting_request
     # ledger entry and its release event, and the weights served are the last version's.
     (chain,) = check(client.http, [f"model:{model_id}"])
     assert chain.ok, chain.problem
-    report = check_model(client.http, model_id, list(chain_events(client.http, f"model:{model_id}")))
+    report = check_model(client.http, model_id, chain_events(client.http, f"model:{model_id}"))
     assert report.ok and report.versions == 4, report.problems
