@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.func import grad, jvp, vmap
+from torch.func import grad, vmap
 
 from unlearning.data import Dataset
 from unlearning.errors import (
@@ -54,6 +54,7 @@ from unlearning.errors import (
     InvalidDatasetError,
     UnlearningError,
 )
+from unlearning.forward_mode import jvp  # torch.func.jvp, one thread at a time
 from unlearning.models.flat import FlatModel
 
 MAX_HESSIAN_DIM = 25_000

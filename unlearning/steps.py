@@ -35,9 +35,10 @@ from typing import Literal, Protocol
 
 import torch
 import torch.nn.functional as F
-from torch.func import grad, jvp, vjp, vmap
+from torch.func import grad, vjp, vmap
 
 from unlearning.errors import InvalidConfigError
+from unlearning.forward_mode import jvp  # torch.func.jvp, one thread at a time
 from unlearning.models.flat import FlatModel
 
 ClipMode = Literal["none", "batch", "per_sample"]

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.func import hessian
 
 from unlearning.baselines import (
     InfluenceJackknife,
@@ -25,6 +24,7 @@ from unlearning.errors import (
     UnknownSampleError,
     UnlearningError,
 )
+from unlearning.forward_mode import hessian
 from unlearning.models import FlatModel, ModelSpec, build_model
 
 F64 = torch.float64

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.func import grad, hessian, vmap
+from torch.func import grad, vmap
 
 from unlearning.data import Dataset, make_synthetic
 from unlearning.errors import (
@@ -23,6 +23,7 @@ from unlearning.errors import (
     UnknownSampleError,
     UnsupportedRequestError,
 )
+from unlearning.forward_mode import hessian
 from unlearning.lbfgs import bfgs_dense, secant_pairs
 from unlearning.methods import mini_unlearning
 from unlearning.methods.mini_unlearning import MiniUnlearning, exact_replay, sgd_config
