@@ -19,12 +19,12 @@ from service import metrics
 from service.audit.router import router as audit_router
 from service.datasets.router import router as datasets_router
 from service.deletions.router import router as deletions_router
-from service.deps import authorized
+from service.deps import ACCESS_EXTENSION, access_of, authorized
 from service.errors import ApiError, from_unlearning_error
 from service.health.router import router as health_router
 from service.models.router import router as models_router
 from service.runtime import Runtime
-from service.schemas import ErrorBody, error_responses
+from service.schemas import ERROR_TEXT, ErrorBody, error_responses
 from service.settings import Settings
 from unlearning.errors import UnlearningError
 
@@ -105,10 +105,27 @@ def _document_errors(app: FastAPI) -> None:
                     }
             for name in ("HTTPValidationError", "ValidationError"):
                 components.pop(name, None)
+            _document_access(schema["paths"], error_ref)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_access(paths: dict[str, Any], error_ref: dict[str, str]) -> None:
+    """Each /v1 operation names the token it needs (``x-lethe-access``: ``read`` or ``write``,
+    :func:`service.deps.access_of`); a write documents the 403 a read-only token gets."""
+    for path, item in paths.items():
+        if not path.startswith("/v1/"):
+            continue
+        for method, operation in item.items():
+            access = access_of([method], operation)
+            operation[ACCESS_EXTENSION] = access
+            if access == "write":
+                operation.setdefault("responses", {})["403"] = {
+                    "description": ERROR_TEXT[403],
+                    "content": {"application/json": {"schema": error_ref}},
+                }
 
 
 def _install_error_handlers(app: FastAPI) -> None:

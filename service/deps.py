@@ -3,19 +3,39 @@
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.errors import Unauthorized
+from service.errors import Forbidden, Unauthorized
 from service.runtime import Runtime
 from service.schemas import MAX_DB_INT
 
 _bearer = HTTPBearer(
     auto_error=False,
-    description="One of the tokens in LETHE_API_TOKENS; not checked when that setting is unset",
+    description=(
+        "One of the tokens in LETHE_API_TOKENS (any call), or in LETHE_READ_TOKENS (calls whose "
+        "x-lethe-access is read); not checked when LETHE_API_TOKENS is unset"
+    ),
 )
+
+Access = Literal["read", "write"]
+ACCESS_EXTENSION = "x-lethe-access"
+READS_ONLY: dict[str, Any] = {ACCESS_EXTENSION: "read"}
+"""``openapi_extra`` of a route that is not a GET yet changes nothing (predictions): a read token may
+call it."""
+
+
+def access_of(methods: Iterable[str], extra: Mapping[str, Any] | None) -> Access:
+    """What an operation needs: ``read`` for GET and HEAD, and for one whose ``openapi_extra`` is
+    :data:`READS_ONLY`; ``write`` for every other, so a new route that changes state is closed to read
+    tokens unless it says otherwise. ``extra`` is the route's ``openapi_extra`` or, in the OpenAPI
+    document, the operation itself (FastAPI merges the one into the other)."""
+    if (extra or {}).get(ACCESS_EXTENSION) == "read":
+        return "read"
+    return "read" if {m.upper() for m in methods} <= {"GET", "HEAD"} else "write"
 
 
 async def runtime(request: Request) -> Runtime:
@@ -33,13 +53,33 @@ RequestId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="Deletion reque
 async def authorized(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
-    """With ``LETHE_API_TOKENS`` set, a /v1 request must carry ``Authorization: Bearer <one of them>``
-    (compared in constant time); otherwise 401. Unset: every request passes (embedded mode, tests)."""
-    tokens = request.app.state.runtime.settings.api_token_list
-    if not tokens:
+    """With ``LETHE_API_TOKENS`` set, a /v1 request must carry ``Authorization: Bearer <token>``
+    (compared in constant time): one of those tokens for any call, or one of ``LETHE_READ_TOKENS`` for a
+    call :func:`access_of` calls a read; 401 for a missing or unknown token, 403 for a read token on a
+    write. Unset: every request passes (embedded mode, tests)."""
+    settings = request.app.state.runtime.settings
+    if not settings.api_token_list:
         return
     if credentials is None:
-        raise Unauthorized("send the header `Authorization: Bearer <token>` with one of the service's API tokens")
+        raise Unauthorized(
+            "send the header `Authorization: Bearer <token>` with one of the service's API tokens"
+        )
     given = credentials.credentials.encode()
-    if not any(hmac.compare_digest(given, token) for token in tokens):
-        raise Unauthorized("this bearer token is not one of the service's API tokens (LETHE_API_TOKENS)")
+    if _known(given, settings.api_token_list):
+        return
+    if not _known(given, settings.read_token_list):
+        raise Unauthorized(
+            "this bearer token is not one of the service's tokens (LETHE_API_TOKENS, LETHE_READ_TOKENS)"
+        )
+    route = request.scope.get("route")  # the matched APIRoute
+    methods = getattr(route, "methods", None) or {request.method}
+    if access_of(methods, getattr(route, "openapi_extra", None)) == "write":
+        raise Forbidden(
+            f"this is a read-only token (LETHE_READ_TOKENS): it can read and predict, not {request.method} "
+            f"{request.url.path}; use one of LETHE_API_TOKENS for calls that change something",
+            code="read_only_token",
+        )
+
+
+def _known(given: bytes, tokens: tuple[bytes, ...]) -> bool:
+    return any(hmac.compare_digest(given, token) for token in tokens)

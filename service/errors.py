@@ -43,6 +43,10 @@ class Unauthorized(ApiError):
     headers: ClassVar[dict[str, str] | None] = {"WWW-Authenticate": "Bearer"}
 
 
+class Forbidden(ApiError):
+    status, code = 403, "forbidden"
+
+
 class NotFound(ApiError):
     status, code = 404, "not_found"
 

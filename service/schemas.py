@@ -34,17 +34,21 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+ERROR_TEXT: dict[int, str] = {
+    400: "Malformed request",
+    401: "Missing or unknown bearer token (only when LETHE_API_TOKENS is set)",
+    403: "A read-only token (LETHE_READ_TOKENS) on a call that changes something",
+    404: "Not found",
+    409: "Conflicts with the current state",
+    410: "Gone: the model was deleted",
+    413: "Too large",
+    415: "Unsupported media type",
+    422: "Invalid input",
+    503: "Not ready",
+}
+"""What each error status means, as the OpenAPI document describes it."""
+
+
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the error statuses a route can answer."""
-    text = {
-        400: "Malformed request",
-        401: "Missing or unknown bearer token (only when LETHE_API_TOKENS is set)",
-        404: "Not found",
-        409: "Conflicts with the current state",
-        410: "Gone: the model was deleted",
-        413: "Too large",
-        415: "Unsupported media type",
-        422: "Invalid input",
-        503: "Not ready",
-    }
-    return {code: {"model": ErrorBody, "description": text.get(code, "Error")} for code in codes}
+    return {code: {"model": ErrorBody, "description": ERROR_TEXT.get(code, "Error")} for code in codes}

@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     subject_hash_key: str | None = None
     # Bearer tokens any one of which a /v1 request must present (comma-separated); unset: no check.
     api_tokens: str | None = None
+    # Bearer tokens that may only read (every GET of /v1, and predictions): for auditors and dashboards.
+    read_tokens: str | None = None
     redis_prefix: str = "lethe"
     celery_queue: str = "lethe"
 
@@ -82,8 +84,13 @@ class Settings(BaseSettings):
 
     @property
     def api_token_list(self) -> tuple[bytes, ...]:
-        """The accepted bearer tokens, as bytes for a constant-time comparison."""
-        return tuple(t.strip().encode() for t in (self.api_tokens or "").split(",") if t.strip())
+        """The bearer tokens that may do anything, as bytes for a constant-time comparison."""
+        return _token_list(self.api_tokens)
+
+    @property
+    def read_token_list(self) -> tuple[bytes, ...]:
+        """The bearer tokens that may only read (``LETHE_READ_TOKENS``)."""
+        return _token_list(self.read_tokens)
 
     @cached_property
     def callback_networks(self) -> tuple[Network, ...]:
@@ -115,12 +122,27 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _tokens_are_strong(self) -> Settings:
-        weak = [t for t in self.api_token_list if len(t) < MIN_TOKEN_LENGTH or any(c in t for c in b" \t")]
-        if weak:
+        for name, tokens in (("LETHE_API_TOKENS", self.api_token_list), ("LETHE_READ_TOKENS", self.read_token_list)):
+            weak = [t for t in tokens if len(t) < MIN_TOKEN_LENGTH or any(c in t for c in b" \t")]
+            if weak:
+                raise ValueError(
+                    f"{name}: {len(weak)} token(s) shorter than {MIN_TOKEN_LENGTH} characters or holding "
+                    "whitespace; use long random values (for example `python -c 'import secrets; "
+                    "print(secrets.token_urlsafe(32))'`), separated by commas"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _read_tokens_beside_api_tokens(self) -> Settings:
+        if self.read_token_list and not self.api_token_list:
+            # Without full tokens the API would be open to anyone for writes: no check runs at all.
             raise ValueError(
-                f"LETHE_API_TOKENS: {len(weak)} token(s) shorter than {MIN_TOKEN_LENGTH} characters or holding "
-                "whitespace; use long random values (for example `python -c 'import secrets; "
-                "print(secrets.token_urlsafe(32))'`), separated by commas"
+                "LETHE_READ_TOKENS needs LETHE_API_TOKENS: read-only tokens only mean something when the API "
+                "requires a token; set LETHE_API_TOKENS too"
+            )
+        if set(self.read_token_list) & set(self.api_token_list):
+            raise ValueError(
+                "a token is in both LETHE_API_TOKENS and LETHE_READ_TOKENS: give each token one role"
             )
         return self
 
@@ -186,3 +208,7 @@ class Settings(BaseSettings):
         path.write_bytes(key)
         path.chmod(0o600)
         return key
+
+
+def _token_list(value: str | None) -> tuple[bytes, ...]:
+    return tuple(t.strip().encode() for t in (value or "").split(",") if t.strip())

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from service.deps import ModelId, RuntimeDep
+from service.deps import READS_ONLY, ModelId, RuntimeDep
 from service.errors import NotFound
 from service.ledger.schemas import BudgetOut
 from service.ledger.service import budget
@@ -161,6 +161,7 @@ def download_weights(model_id: ModelId, rt: RuntimeDep) -> Response:
     response_model=PredictOut,
     summary="Predict with the served version",
     responses=error_responses(404, 409, 410, 422),
+    openapi_extra=READS_ONLY,  # changes nothing: a read token may predict
 )
 def predict(model_id: ModelId, body: PredictIn, rt: RuntimeDep) -> PredictOut:
     with rt.uow() as uow:
