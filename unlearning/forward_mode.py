@@ -3,7 +3,7 @@
 torch keeps the current forward-AD level in a module global (``torch.autograd.forward_ad._current_level``),
 not per thread. Two threads inside ``torch.func.jvp`` at once enter and exit each other's levels, and one
 of them fails with "Trying to create a dual Tensor for forward AD but no level exists" (torch 2.13: two
-threads of 3,000 small jvps each fail every time; ``tests/unit/test_forward_mode.py``). The service runs
+threads of 3,000 small jvps each fail every time; ``tests/unit/test_threads.py``). The service runs
 jobs on threads (a Celery worker's thread pool; the embedded worker's one thread per lane), so two
 trainings of MLPs or CNNs, or a training and a Mini-Unlearning update, can be in forward mode together.
 

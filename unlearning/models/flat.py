@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,9 @@ from torch import nn
 from torch.func import functional_call
 
 from unlearning.errors import DimensionMismatchError, InvalidConfigError
+
+_DEFAULT_GENERATOR = threading.Lock()
+"""Held while a thread seeds and draws from torch's process-wide default generator."""
 
 
 @dataclass(frozen=True)
@@ -80,15 +84,21 @@ class FlatModel:
         self.dim = int(sum(self.sizes))
 
     def initial_weights(self, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Deterministic initialisation: the module's default init under ``torch.manual_seed(seed)``."""
-        gen_state = torch.random.get_rng_state()
-        try:
-            torch.manual_seed(seed)
-            fresh = build_model(self.spec).module
-            fresh.apply(_reset)
-            return torch.cat([p.detach().reshape(-1) for p in fresh.parameters()]).to(dtype)
-        finally:
-            torch.random.set_rng_state(gen_state)
+        """Deterministic initialisation: the module's default init under ``torch.manual_seed(seed)``.
+
+        The modules' ``reset_parameters`` draw from torch's default generator, which the whole process
+        shares, so the seeding and the draws hold :data:`_DEFAULT_GENERATOR` throughout: two trainings
+        starting together on a worker's threads otherwise reseed under each other's draws and get
+        weights their recorded seed does not reproduce (tests/unit/test_threads.py)."""
+        with _DEFAULT_GENERATOR:
+            gen_state = torch.random.get_rng_state()
+            try:
+                torch.manual_seed(seed)
+                fresh = build_model(self.spec).module
+                fresh.apply(_reset)
+                return torch.cat([p.detach().reshape(-1) for p in fresh.parameters()]).to(dtype)
+            finally:
+                torch.random.set_rng_state(gen_state)
 
     def unflatten(self, w: torch.Tensor) -> dict[str, torch.Tensor]:
         if w.ndim != 1 or w.shape[0] != self.dim:

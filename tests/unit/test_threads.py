@@ -1,8 +1,10 @@
-"""Forward-mode products from several threads at once (unlearning.forward_mode).
+"""The core library from several threads of one process at once, as a worker runs jobs on threads.
 
-torch keeps its forward-AD level in a module global; with bare ``torch.func.jvp`` the first test fails
-on every run on this machine ("Trying to create a dual Tensor for forward AD but no level exists"). A
-worker runs jobs on threads, so the library's products must survive this.
+torch keeps two things process-wide that a job touches: the forward-AD level (with bare
+``torch.func.jvp`` the first test fails on every run on this machine: "Trying to create a dual Tensor
+for forward AD but no level exists"; unlearning.forward_mode) and the default generator that modules'
+initialisers draw from (without its lock nearly every initialisation of the last test differs from
+its seed's; unlearning.models.flat).
 """
 
 from __future__ import annotations
@@ -77,3 +79,21 @@ def test_stage_two_products_of_an_mlp_from_two_threads_equal_the_serial_ones() -
     for result in _in_threads(work, threads=2):
         assert not isinstance(result, BaseException), result
         torch.testing.assert_close(result, expected, rtol=0, atol=0)
+
+
+def test_initial_weights_drawn_on_two_threads_are_their_seeds_weights() -> None:
+    model = build_model(ModelSpec("mlp", (20,), 4, {"hidden": [64, 32]}))
+    expected = {seed: model.initial_weights(seed) for seed in (1, 2)}
+    turn = iter([1, 2])
+    lock = threading.Lock()
+
+    def work() -> torch.Tensor:
+        with lock:
+            seed = next(turn)
+        for _ in range(200):
+            w = model.initial_weights(seed)
+            assert torch.equal(w, expected[seed]), f"seed {seed} drew other weights"
+        return w
+
+    for result in _in_threads(work, threads=2):
+        assert not isinstance(result, BaseException), result
