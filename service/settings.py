@@ -122,7 +122,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _tokens_are_strong(self) -> Settings:
-        for name, tokens in (("LETHE_API_TOKENS", self.api_token_list), ("LETHE_READ_TOKENS", self.read_token_list)):
+        lists = (("LETHE_API_TOKENS", self.api_token_list), ("LETHE_READ_TOKENS", self.read_token_list))
+        for name, tokens in lists:
             weak = [t for t in tokens if len(t) < MIN_TOKEN_LENGTH or any(c in t for c in b" \t")]
             if weak:
                 raise ValueError(

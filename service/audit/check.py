@@ -207,7 +207,10 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
         prog="python -m service.audit.check", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--url", help="the service, e.g. http://lethe.internal:8000")
-    parser.add_argument("--token", help="a bearer token, when the service requires one: a read-only one (LETHE_READ_TOKENS) is enough")
+    parser.add_argument(
+        "--token",
+        help="a bearer token, when the service requires one: a read-only one (LETHE_READ_TOKENS) will do",
+    )
     parser.add_argument("--chain", action="append", help="check this chain only (repeatable); default: all")
     parser.add_argument("--anchors", type=Path, help="heads recorded by an earlier run (--save-anchors)")
     parser.add_argument("--save-anchors", type=Path, help="write the verified heads here, for the next run")
