@@ -3,8 +3,9 @@
 torch keeps two things process-wide that a job touches: the forward-AD level (with bare
 ``torch.func.jvp`` the first test fails on every run on this machine: "Trying to create a dual Tensor
 for forward AD but no level exists"; unlearning.forward_mode) and the default generator that modules'
-initialisers draw from (without its lock nearly every initialisation of the last test differs from
-its seed's; unlearning.models.flat).
+initialisers draw from (without its lock nearly every initialisation of the third test differs from
+its seed's; unlearning.models.flat). A model's template module is shared too: ``functional_call`` puts
+the weights of the call into it, and the API's request threads share one model per architecture.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Callable
 
 import torch
 
+from service.models.service import _flat_predictions
+from service.storage.hot import ServingWeights
 from unlearning.forward_mode import jvp
 from unlearning.models import ModelSpec, build_model
 from unlearning.steps import AutogradStepMap, SGDConfig
@@ -94,6 +97,55 @@ def test_initial_weights_drawn_on_two_threads_are_their_seeds_weights() -> None:
             w = model.initial_weights(seed)
             assert torch.equal(w, expected[seed]), f"seed {seed} drew other weights"
         return w
+
+    for result in _in_threads(work, threads=2):
+        assert not isinstance(result, BaseException), result
+
+
+def test_one_model_evaluated_on_two_threads_with_different_weights_gives_each_its_own_logits() -> None:
+    model = build_model(ModelSpec("mlp", (20,), 4, {"hidden": [64, 32]}))
+    weights = [model.initial_weights(seed) for seed in (1, 2)]
+    x = torch.randn(16, 20, generator=torch.Generator().manual_seed(3))
+    expected = [model.logits(w, x) for w in weights]
+    turn = iter([0, 1])
+    lock = threading.Lock()
+
+    def work() -> torch.Tensor:
+        with lock:
+            i = next(turn)
+        for _ in range(1000):
+            out = model.logits(weights[i], x)
+            assert torch.equal(out, expected[i]), f"the call with weights {i} computed with other weights"
+        return out
+
+    for result in _in_threads(work, threads=2):
+        assert not isinstance(result, BaseException), result
+
+
+def test_predictions_of_two_models_of_one_architecture_on_two_threads_are_each_models_own() -> None:
+    """The API evaluates every model of an architecture with one shared template (a cache keyed by the
+    spec) on its request threads: a prediction must never be computed with another model's weights,
+    which may still carry a subject the asking model has forgotten."""
+    spec = ModelSpec("mlp", (20,), 4, {"hidden": [64, 32]})
+    template = build_model(spec)
+    served = [
+        ServingWeights(seq=1, version_id=i + 1, spec=spec.to_dict(), weights=template.initial_weights(seed))
+        for i, seed in enumerate((1, 2))
+    ]
+    rows = torch.randn(8, 20, generator=torch.Generator().manual_seed(3)).tolist()
+    expected = [_flat_predictions(s, spec, s.version_id, rows) for s in served]
+    assert expected[0] != expected[1]
+    turn = iter([0, 1])
+    lock = threading.Lock()
+
+    def work() -> torch.Tensor:
+        with lock:
+            i = next(turn)
+        for _ in range(300):
+            assert _flat_predictions(served[i], spec, i + 1, rows) == expected[i], (
+                f"model {i + 1} got another's"
+            )
+        return torch.zeros(1)
 
     for result in _in_threads(work, threads=2):
         assert not isinstance(result, BaseException), result

@@ -82,6 +82,9 @@ class FlatModel:
         self.shapes = [tuple(p.shape) for _, p in module.named_parameters()]
         self.sizes = [math.prod(s) for s in self.shapes]
         self.dim = int(sum(self.sizes))
+        # functional_call puts the given weights into the template module for the call's duration: two
+        # threads sharing this model (the API's request threads share one per architecture) take turns.
+        self._module_in_use = threading.RLock()
 
     def initial_weights(self, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Deterministic initialisation: the module's default init under ``torch.manual_seed(seed)``.
@@ -109,8 +112,14 @@ class FlatModel:
         return {n: p.view(s) for n, p, s in zip(self.names, parts, self.shapes)}
 
     def logits(self, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Logits of a batch ``x`` of shape (b, *input_shape) under flat weights ``w``."""
-        return functional_call(self.module, self.unflatten(w), (x,))
+        """Logits of a batch ``x`` of shape (b, *input_shape) under flat weights ``w``.
+
+        Safe from several threads: ``functional_call`` swaps ``w`` into the template module for the
+        call, so without the lock a concurrent call with other weights computes with those (two threads
+        on one MLP: about two thirds of 3,000 calls each got the other's logits; tests/unit/test_threads.py).
+        """
+        with self._module_in_use:
+            return functional_call(self.module, self.unflatten(w), (x,))
 
     def to(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> FlatModel:
         self.module = self.module.to(device=device, dtype=dtype)
