@@ -22,6 +22,7 @@ from service.deletions.router import router as deletions_router
 from service.deps import ACCESS_EXTENSION, access_of, authorized
 from service.errors import ApiError, from_unlearning_error
 from service.health.router import router as health_router
+from service.limits import RequestSizeLimit
 from service.models.router import router as models_router
 from service.runtime import Runtime
 from service.schemas import ERROR_TEXT, ErrorBody, error_responses
@@ -71,7 +72,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     for router in (datasets_router, models_router, deletions_router, audit_router):
         app.include_router(router, dependencies=[Depends(authorized)], responses=error_responses(401))
     _install_error_handlers(app)
-    app.add_middleware(MetricsMiddleware)
+    app.add_middleware(RequestSizeLimit)
+    app.add_middleware(MetricsMiddleware)  # outermost: it counts the 413s of the size limit too
     _document_errors(app)
     return app
 
@@ -101,6 +103,11 @@ def _document_errors(app: FastAPI) -> None:
                 if "requestBody" in operation and "400" not in responses:
                     responses["400"] = {
                         "description": "Malformed request",
+                        "content": {"application/json": {"schema": error_ref}},
+                    }
+                if "requestBody" in operation and "413" not in responses:  # service.limits
+                    responses["413"] = {
+                        "description": "Request body over LETHE_MAX_REQUEST_BYTES",
                         "content": {"application/json": {"schema": error_ref}},
                     }
             for name in ("HTTPValidationError", "ValidationError"):

@@ -54,6 +54,8 @@ class Settings(BaseSettings):
     celery_queue: str = "lethe"
 
     max_upload_bytes: int = Field(200 * 1024 * 1024, ge=1024)
+    # every other request body (JSON): read whole before validation, so bounded (service.limits)
+    max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     max_decompressed_bytes: int = Field(2 * 1024**3, ge=1024)
     deletion_sla_seconds: float = Field(60.0, gt=0)
     max_batch: int = Field(10_000, ge=1)
