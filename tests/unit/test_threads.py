@@ -22,24 +22,25 @@ from unlearning.models import ModelSpec, build_model
 from unlearning.steps import AutogradStepMap, SGDConfig
 
 
-def _in_threads(work: Callable[[], torch.Tensor], threads: int = 4) -> list[torch.Tensor | BaseException]:
-    """Run ``work`` on ``threads`` threads released together; each one's result or error."""
-    results: list[torch.Tensor | BaseException] = [RuntimeError("did not run")] * threads
+def _in_threads(work: Callable[[int], None], threads: int = 2) -> None:
+    """``work(i)`` on threads i = 0 .. threads-1, released together; the first error raised again here."""
+    errors: list[BaseException] = []
     start = threading.Barrier(threads)
 
     def run(i: int) -> None:
         start.wait()
         try:
-            results[i] = work()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            results[i] = exc
+            work(i)
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the test's thread
+            errors.append(exc)
 
     pool = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for thread in pool:
         thread.start()
     for thread in pool:
         thread.join()
-    return results
+    if errors:
+        raise errors[0]
 
 
 def test_many_threads_in_forward_mode_at_once_get_their_own_products() -> None:
@@ -51,16 +52,11 @@ def test_many_threads_in_forward_mode_at_once_get_their_own_products() -> None:
     tangent = torch.ones_like(w)
     expected = jvp(f, (w,), (tangent,))[1]
 
-    def work() -> torch.Tensor:
-        out = torch.zeros_like(w)
+    def work(_: int) -> None:
         for _ in range(2000):
-            out = jvp(f, (w,), (tangent,))[1]
-            assert torch.equal(out, expected)
-        return out
+            assert torch.equal(jvp(f, (w,), (tangent,))[1], expected)
 
-    for result in _in_threads(work):
-        assert not isinstance(result, BaseException), result
-        assert torch.equal(result, expected)
+    _in_threads(work, threads=4)
 
 
 def test_stage_two_products_of_an_mlp_from_two_threads_equal_the_serial_ones() -> None:
@@ -73,33 +69,22 @@ def test_stage_two_products_of_an_mlp_from_two_threads_equal_the_serial_ones() -
     vectors = torch.randn(16, model.dim, generator=gen, dtype=torch.float64)
     expected = step.jvp(vectors)
 
-    def work() -> torch.Tensor:
-        out = torch.zeros_like(expected)
+    def work(_: int) -> None:
         for _ in range(150):
-            out = step.jvp(vectors)
-        return out
+            assert torch.equal(step.jvp(vectors), expected)
 
-    for result in _in_threads(work, threads=2):
-        assert not isinstance(result, BaseException), result
-        torch.testing.assert_close(result, expected, rtol=0, atol=0)
+    _in_threads(work)
 
 
 def test_initial_weights_drawn_on_two_threads_are_their_seeds_weights() -> None:
     model = build_model(ModelSpec("mlp", (20,), 4, {"hidden": [64, 32]}))
-    expected = {seed: model.initial_weights(seed) for seed in (1, 2)}
-    turn = iter([1, 2])
-    lock = threading.Lock()
+    expected = [model.initial_weights(seed) for seed in (0, 1)]
 
-    def work() -> torch.Tensor:
-        with lock:
-            seed = next(turn)
+    def work(seed: int) -> None:
         for _ in range(200):
-            w = model.initial_weights(seed)
-            assert torch.equal(w, expected[seed]), f"seed {seed} drew other weights"
-        return w
+            assert torch.equal(model.initial_weights(seed), expected[seed]), f"seed {seed} drew other weights"
 
-    for result in _in_threads(work, threads=2):
-        assert not isinstance(result, BaseException), result
+    _in_threads(work)
 
 
 def test_one_model_evaluated_on_two_threads_with_different_weights_gives_each_its_own_logits() -> None:
@@ -107,19 +92,12 @@ def test_one_model_evaluated_on_two_threads_with_different_weights_gives_each_it
     weights = [model.initial_weights(seed) for seed in (1, 2)]
     x = torch.randn(16, 20, generator=torch.Generator().manual_seed(3))
     expected = [model.logits(w, x) for w in weights]
-    turn = iter([0, 1])
-    lock = threading.Lock()
 
-    def work() -> torch.Tensor:
-        with lock:
-            i = next(turn)
+    def work(i: int) -> None:
         for _ in range(1000):
-            out = model.logits(weights[i], x)
-            assert torch.equal(out, expected[i]), f"the call with weights {i} computed with other weights"
-        return out
+            assert torch.equal(model.logits(weights[i], x), expected[i]), f"weights {i}: another's logits"
 
-    for result in _in_threads(work, threads=2):
-        assert not isinstance(result, BaseException), result
+    _in_threads(work)
 
 
 def test_predictions_of_two_models_of_one_architecture_on_two_threads_are_each_models_own() -> None:
@@ -135,17 +113,9 @@ def test_predictions_of_two_models_of_one_architecture_on_two_threads_are_each_m
     rows = torch.randn(8, 20, generator=torch.Generator().manual_seed(3)).tolist()
     expected = [_flat_predictions(s, spec, s.version_id, rows) for s in served]
     assert expected[0] != expected[1]
-    turn = iter([0, 1])
-    lock = threading.Lock()
 
-    def work() -> torch.Tensor:
-        with lock:
-            i = next(turn)
+    def work(i: int) -> None:
         for _ in range(300):
-            assert _flat_predictions(served[i], spec, i + 1, rows) == expected[i], (
-                f"model {i + 1} got another's"
-            )
-        return torch.zeros(1)
+            assert _flat_predictions(served[i], spec, i + 1, rows) == expected[i], f"model {i + 1}: another's"
 
-    for result in _in_threads(work, threads=2):
-        assert not isinstance(result, BaseException), result
+    _in_threads(work)
