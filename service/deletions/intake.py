@@ -132,6 +132,13 @@ class DeletionIntake:
         """Accept or reject each item of a bulk submission (one key for all); returns once committed."""
         return await self._wait(self._bulk(model_id, key, body))
 
+    def commit_now(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
+        """Accept one request in the calling thread, through the batched path (a batch of one), as the
+        intake thread would: for tools that measure the intake alone (``bench.deletion_path``)."""
+        item = self._single(model_id, key, body)
+        self._commit([item])
+        return item.result()
+
     def _single(self, model_id: int, key: str | None, body: DeletionIn) -> _Submission:
         return self._submission(model_id, key, body.model_dump(mode="json"), [body], bulk=False)
 

@@ -71,3 +71,25 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     per_version = figures["cpu_ms_per_version_offered_load"]
     per_request = figures["cpu_ms_per_request"]["offered_load"]
     assert per_version["worker"] == pytest.approx(per_request["worker"] * 30 / rounds, abs=0.02)
+
+
+def test_the_deletion_path_prints_each_phase_and_its_floor(pg_url: str, redis_url: str) -> None:
+    """``python -m bench.deletion_path``: every phase measured, and the floor is what its phases add to."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.deletion_path", "--rounds", "8", "--warmup", "2", "--rows", "200"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    phases = figures["phases"]
+    assert list(phases) == ["intake", "round", "completion"]
+    for name, phase in phases.items():
+        assert phase["statements"] >= 3, name  # each phase is a transaction of several statements
+        assert 0 < phase["cpu_ms"] and 0 < phase["wall_ms"], name
+    assert figures["floor_ms"] == pytest.approx(sum(p["wall_ms"] for p in phases.values()), abs=0.02)
+    assert figures["floor_over_target"] == pytest.approx(figures["floor_ms"] / 20.0, abs=0.01)
+    assert (figures["rounds"], figures["warmup"], figures["rows"]) == (8, 2, 200)

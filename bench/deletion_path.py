@@ -1,0 +1,168 @@
+"""The floor of the deletion path: each phase of one deletion alone, in one thread, on the real servers.
+
+``python -m bench.deletion_path [--rounds N] [--rows N]`` creates a fresh Postgres database and an empty
+Redis database, trains R1 (the model of ``bench.service``, 1 epoch) through the API and a Celery worker,
+stops the worker, and then, in this process, takes ``--rounds`` owners one at a time through the three
+transactions of a deletion:
+
+- ``intake``: the API's group commit of one submission (:meth:`DeletionIntake.commit_now`);
+- ``round``: one update round (:func:`service.jobs.updates.apply_batch`);
+- ``completion``: its completion (:func:`service.jobs.completion.finish`).
+
+Each phase is timed (the thread's CPU time and the wall time) and its SQL statements counted; the first
+``--warmup`` rounds are left out (SQLAlchemy compiles each statement once per process). Nothing else
+runs, so these are the floor of ``bench.service``'s figures: add the job's dispatch (publishing it and
+the worker picking it up, a few milliseconds) and HTTP, and they make POST-to-completed of an unloaded
+service. Under load every phase waits for the cores as well (bench/README.md, items 19 and 20).
+
+The last line of stdout is one JSON object: per phase the medians ``cpu_ms``, ``wall_ms`` and
+``statements``; ``floor_ms``, the sum of the phases' wall times; and ``floor_over_target``, that floor
+divided by the issue's p50 target (20 ms at 100 requests/s): above 1, the target is out of reach before
+any load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench import stack
+from bench.service import R1, Bench, log, owner_ids
+
+TARGET_P50_MS = 20.0
+PHASES = ("intake", "round", "completion")
+
+
+class PhaseTimer:
+    """CPU time, wall time and SQL statements of each phase, one sample per round."""
+
+    def __init__(self, engine: Any) -> None:
+        from sqlalchemy import event
+
+        self.samples: dict[str, list[tuple[float, float, int]]] = {p: [] for p in PHASES}
+        self._statements = 0
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _count(*_: Any) -> None:
+            self._statements += 1
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        cpu, wall, statements = time.thread_time(), time.perf_counter(), self._statements
+        yield
+        self.samples[name].append(
+            (time.thread_time() - cpu, time.perf_counter() - wall, self._statements - statements)
+        )
+
+    def medians(self, skip: int) -> dict[str, dict[str, float]]:
+        out = {}
+        for name, samples in self.samples.items():
+            kept = samples[skip:]
+            out[name] = {
+                "cpu_ms": round(statistics.median(s[0] for s in kept) * 1000, 2),
+                "wall_ms": round(statistics.median(s[1] for s in kept) * 1000, 2),
+                "statements": statistics.median(s[2] for s in kept),
+            }
+        return out
+
+
+def train_r1(env: dict[str, str], var: Path, rows: int, token: str) -> int:
+    """R1 (1 epoch) on ``rows`` bundled MNIST rows, trained by a Celery worker that stops afterwards."""
+    with ExitStack() as stack_:
+        base, _ = stack_.enter_context(stack.api_process(env, var / "api.log"))
+        stack_.enter_context(
+            stack.celery_worker(env, var / "worker.log", concurrency=2, name=f"path-{token}")
+        )
+        bench = Bench(base)
+        dataset = bench.http.post("/v1/datasets/bundled", json={"name": "mnist", "n": rows, "seed": 0}).json()
+        model = bench.register(dataset["id"], {**R1, "epochs": 1}, {"max_deletion_fraction": 0.95}, "R1")
+        bench.ready(model, timeout=1800)
+        return model
+
+
+def measure(env: dict[str, str], model_id: int, owners: list[str], warmup: int) -> dict[str, Any]:
+    """Each owner through intake, round and completion in this thread; the phases' medians."""
+    import os
+
+    os.environ.update(env)
+    from service.deletions.schemas import DeletionIn
+    from service.jobs.completion import finish
+    from service.jobs.updates import apply_batch
+    from service.runtime import Runtime
+    from service.settings import Settings
+
+    rt = Runtime(Settings(), role="worker")
+    intake = rt.deletion_intake()  # not started: commit_now runs in this thread
+    timer = PhaseTimer(rt.engine)
+    try:
+        for i, owner in enumerate(owners):
+            with timer.phase("intake"):
+                outcome = intake.commit_now(model_id, f"path-{i}", DeletionIn(owner_ids=[owner]))
+            _check(outcome.status == 202, f"the deletion of {owner} was not accepted: {outcome.body}")
+            with timer.phase("round"):
+                progressed, version = apply_batch(rt, model_id)
+            _check(progressed and version is not None, f"the round of {owner} made no version")
+            assert version is not None
+            with timer.phase("completion"):
+                finish(rt, model_id, version.id, version)
+    finally:
+        rt.stop()
+    phases = timer.medians(skip=warmup)
+    floor = sum(p["wall_ms"] for p in phases.values())
+    return {
+        "phases": phases,
+        "floor_ms": round(floor, 2),
+        "floor_over_target": round(floor / TARGET_P50_MS, 2),
+        "target_p50_ms": TARGET_P50_MS,
+    }
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise RuntimeError(message)
+
+
+def main(argv: list[str] | None = None, *, out: Callable[[str], None] = print) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.deletion_path", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--rounds", type=int, default=120, help="deletions measured, warm-up included (120)")
+    parser.add_argument("--warmup", type=int, default=20, help="first rounds left out (20)")
+    parser.add_argument(
+        "--rows", type=int, default=1000, help="MNIST rows of R1's dataset, one owner each (1000)"
+    )
+    args = parser.parse_args(argv)
+    if not 0 <= args.warmup < args.rounds <= args.rows * 0.9:
+        parser.error("need 0 <= --warmup < --rounds <= 90% of --rows (R1's policy admits 95% of its rows)")
+    started = time.monotonic()
+    token = stack.new_token()
+    with ExitStack() as exit_stack, tempfile.TemporaryDirectory(prefix="lethe-path-") as tmp:
+        var = Path(tmp)
+        try:
+            pg = exit_stack.enter_context(stack.postgres_database(f"lethe_path_{token}"))
+            rd = exit_stack.enter_context(stack.redis_database(token))
+        except stack.ServersUnavailable as exc:
+            log(f"cannot run: {exc}")
+            return 2
+        env = stack.service_env(pg, rd, var, token, log_level="warning")
+        model_id = train_r1(env, var, args.rows, token)
+        log(
+            f"R1 trained on {args.rows} rows at {time.monotonic() - started:.1f}s; measuring {args.rounds} rounds"
+        )
+        result = measure(env, model_id, owner_ids(args.rows, 0)[: args.rounds], args.warmup)
+    result.update(
+        rounds=args.rounds, warmup=args.warmup, rows=args.rows, seconds=round(time.monotonic() - started, 1)
+    )
+    out(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
