@@ -2,7 +2,7 @@
 
 ``python -m bench.deletion_path [--rounds N] [--rows N]`` creates a fresh Postgres database and an empty
 Redis database, trains R1 (the model of ``bench.service``, 1 epoch) through the API and a Celery worker,
-stops the worker, and then, in this process, takes ``--rounds`` owners one at a time through the three
+stops both, and then, in this process, takes ``--rounds`` owners one at a time through the three
 transactions of a deletion:
 
 - ``intake``: the API's group commit of one submission (:meth:`DeletionIntake.commit_now`);
@@ -74,7 +74,8 @@ class PhaseTimer:
 
 
 def train_r1(env: dict[str, str], var: Path, rows: int, token: str) -> int:
-    """R1 (1 epoch) on ``rows`` bundled MNIST rows, trained by a Celery worker that stops afterwards."""
+    """R1 (1 epoch) on ``rows`` bundled MNIST rows, registered through an API process and trained by a
+    Celery worker; both stop before the measurement, which runs in this process alone."""
     with ExitStack() as stack_:
         base, _ = stack_.enter_context(stack.api_process(env, var / "api.log"))
         stack_.enter_context(
@@ -91,7 +92,7 @@ def measure(env: dict[str, str], model_id: int, owners: list[str], warmup: int) 
     """Each owner through intake, round and completion in this thread; the phases' medians."""
     import os
 
-    os.environ.update(env)
+    os.environ.update(env)  # the service's settings come from LETHE_ variables, as in its own processes
     from service.deletions.schemas import DeletionIn
     from service.jobs.completion import finish
     from service.jobs.updates import apply_batch
