@@ -35,3 +35,27 @@ def test_fifty_concurrent_deletions_make_a_gap_free_chain_applied_exactly_once(
     assert 2 <= len(chain.versions) <= 51
     assert {d["version"]["seq"] for d in done} <= {v.seq for v in chain.versions[1:]}
     assert chain.charges[-1].spent == 100
+
+
+def test_mlps_trained_at_once_on_one_worker_equal_the_same_mlps_trained_alone(client: Client) -> None:
+    """The worker runs jobs on a thread pool. MLPs trained at the same time (Stage II in torch's forward
+    mode; initial weights drawn from torch's process-wide generator) must each come out as they would
+    alone: none fails, and each one's weights are its seed's (unlearning.forward_mode, FlatModel)."""
+    dataset_id = client.dataset(n=120, samples_per_owner=2, seed=7)
+
+    def register(seed: int) -> int:
+        return client.model(dataset_id, epochs=1, family="mlp", seed=seed)
+
+    def weights(model_id: int) -> bytes:
+        client.ready(model_id, timeout=180)
+        r = client.http.get(f"/v1/models/{model_id}/weights")
+        assert r.status_code == 200, r.text
+        return r.content
+
+    together = [
+        register(seed) for seed in (1, 2, 3)
+    ]  # queued at once: the worker's threads take them together
+    trained_together = [weights(m) for m in together]
+    alone = weights(register(1))
+    assert alone == trained_together[0]
+    assert len(set(trained_together)) == 3
