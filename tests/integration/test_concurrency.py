@@ -52,9 +52,8 @@ def test_mlps_trained_at_once_on_one_worker_equal_the_same_mlps_trained_alone(cl
         assert r.status_code == 200, r.text
         return r.content
 
-    together = [
-        register(seed) for seed in (1, 2, 3)
-    ]  # queued at once: the worker's threads take them together
+    # Registered back to back: the worker's threads take the three trainings together.
+    together = [register(seed) for seed in (1, 2, 3)]
     trained_together = [weights(m) for m in together]
     alone = weights(register(1))
     assert alone == trained_together[0]
