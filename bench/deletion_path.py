@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -143,17 +142,14 @@ def main(argv: list[str] | None = None, *, out: Callable[[str], None] = print) -
     if not 0 <= args.warmup < args.rounds <= args.rows * 0.9:
         parser.error("need 0 <= --warmup < --rounds <= 90% of --rows (R1's policy admits 95% of its rows)")
     started = time.monotonic()
-    token = stack.new_token()
-    with ExitStack() as exit_stack, tempfile.TemporaryDirectory(prefix="lethe-path-") as tmp:
-        var = Path(tmp)
+    with ExitStack() as exit_stack:
         try:
-            pg = exit_stack.enter_context(stack.postgres_database(f"lethe_path_{token}"))
-            rd = exit_stack.enter_context(stack.redis_database(token))
+            deployment = exit_stack.enter_context(stack.fresh_deployment("path"))
         except stack.ServersUnavailable as exc:
             log(f"cannot run: {exc}")
             return 2
-        env = stack.service_env(pg, rd, var, token, log_level="warning")
-        model_id = train_r1(env, var, args.rows, token)
+        env = deployment.env
+        model_id = train_r1(env, deployment.var, args.rows, deployment.token)
         log(
             f"R1 trained on {args.rows} rows at {time.monotonic() - started:.1f}s; measuring {args.rounds} rounds"
         )

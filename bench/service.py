@@ -36,13 +36,11 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -283,16 +281,13 @@ def main(argv: list[str] | None = None) -> int:
             f"--warmup + --requests + --burst must stay within the {R1_BUDGET} deletions R1's policy allows"
         )
 
-    token = stack.new_token()
-    with ExitStack() as exit_stack, tempfile.TemporaryDirectory(prefix="lethe-bench-") as tmp:
-        var = Path(tmp)
+    with ExitStack() as exit_stack:
         try:
-            pg = exit_stack.enter_context(stack.postgres_database(f"lethe_bench_{token}"))
-            rd = exit_stack.enter_context(stack.redis_database(token))
+            deployment = exit_stack.enter_context(stack.fresh_deployment("bench"))
         except stack.ServersUnavailable as exc:
             log(f"cannot run: {exc}")
             return 2
-        env = stack.service_env(pg, rd, var, token, log_level="warning")
+        env, var, token = deployment.env, deployment.var, deployment.token
         base, api = exit_stack.enter_context(stack.api_process(env, var / "api.log"))
         worker = exit_stack.enter_context(
             stack.celery_worker(env, var / "worker.log", concurrency=2, name=f"bench-{token}")

@@ -3,6 +3,7 @@
 - :func:`postgres_database`: a fresh, uniquely named database on the local Postgres, dropped at the end;
 - :func:`redis_database`: an empty Redis database number, claimed for the caller, flushed at the end;
 - :func:`service_env`: the LETHE_ variables of a production-mode service on those two;
+- :func:`fresh_deployment`: all three at once, with a temporary directory, for one run;
 - :func:`celery_worker` and :func:`api_process`: the worker and the API as real subprocesses;
 - :func:`cpu_seconds`: the CPU time each of them, Postgres and Redis have used so far.
 
@@ -17,9 +18,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -97,6 +100,30 @@ def service_env(pg_url: str, redis_url: str, var_dir: Path, token: str, **overri
     }
     env.update({f"LETHE_{k.upper()}": v for k, v in overrides.items()})
     return env
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A fresh deployment's servers and files: the service's environment on them, its directory and the
+    token that names its database, Redis keys and queues."""
+
+    env: dict[str, str]
+    var: Path
+    token: str
+
+
+@contextmanager
+def fresh_deployment(kind: str) -> Iterator[Deployment]:
+    """A fresh Postgres database, an empty Redis database and a temporary directory, with production-mode
+    settings on them; everything goes at the end. Raises :class:`ServersUnavailable`."""
+    token = new_token()
+    with (
+        tempfile.TemporaryDirectory(prefix=f"lethe-{kind}-") as tmp,
+        postgres_database(f"lethe_{kind}_{token}") as pg,
+        redis_database(token) as rd,
+    ):
+        var = Path(tmp)
+        yield Deployment(service_env(pg, rd, var, token, log_level="warning"), var, token)
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:

@@ -1,4 +1,5 @@
-"""``python -m bench.service`` runs end to end and its last line is the JSON the issue asks for."""
+"""``python -m bench.service`` runs end to end and its last line is the JSON the issue asks for; so does
+``python -m bench.deletion_path``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,23 +26,10 @@ KEYS = {
 }
 
 
-def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
-    """A small run (the fixtures have checked that Postgres and Redis are up)."""
+def _run(module: str, *args: str) -> dict[str, Any]:
+    """``python -m module args``, which must succeed; its last line of output, as JSON."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.service",
-            "--quick",
-            "--requests",
-            "30",
-            "--burst",
-            "40",
-            "--retrains",
-            "1",
-            "--warmup",
-            "5",
-        ],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -48,7 +37,14 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
+    """A small run (the fixtures have checked that Postgres and Redis are up)."""
+    figures = _run(
+        "bench.service", "--quick", "--requests", "30", "--burst", "40", "--retrains", "1", "--warmup", "5"
+    )
     assert KEYS <= set(figures)
     assert figures["rate_rps"] == 100.0 and figures["requests"] == 30 and figures["burst"] == 40
     assert figures["warmup"] == 5 and figures["first_request_ms"] > 0
@@ -75,16 +71,7 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
 
 def test_the_deletion_path_prints_each_phase_and_its_floor(pg_url: str, redis_url: str) -> None:
     """``python -m bench.deletion_path``: every phase measured, and the floor is what its phases add to."""
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.deletion_path", "--rounds", "8", "--warmup", "2", "--rows", "200"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    figures = _run("bench.deletion_path", "--rounds", "8", "--warmup", "2", "--rows", "200")
     phases = figures["phases"]
     assert list(phases) == ["intake", "round", "completion"]
     for name, phase in phases.items():
