@@ -51,6 +51,14 @@ def query_events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditPage:
     """Subjects are stored only as keyed hashes: pass the plain id, the server hashes it to search."""
+    start, end = _utc(since, "since"), _utc(until, "until")
+    if start is not None and end is not None and start >= end:
+        # An empty window is a swapped or mistyped pair far more often than a question: say so.
+        raise Unprocessable(
+            f"since ({start.isoformat()}) must be before until ({end.isoformat()}): since is inclusive, "
+            "until exclusive",
+            code="validation_error",
+        )
     hashes = None
     if owner_id is not None or sample_id is not None:
         hashes = [rt.hasher.owner(owner_id)] if owner_id is not None else []
@@ -62,8 +70,8 @@ def query_events(
             chain=chain,
             subject_hashes=hashes,
             event_type=event_type,
-            since=_utc(since, "since"),
-            until=_utc(until, "until"),
+            since=start,
+            until=end,
             after_id=after_id,
             limit=limit,
         )
