@@ -143,10 +143,8 @@ def main(argv: list[str] | None = None, *, out: Callable[[str], None] = print) -
         parser.error("need 0 <= --warmup < --rounds <= 90% of --rows (R1's policy admits 95% of its rows)")
     started = time.monotonic()
     with ExitStack() as exit_stack:
-        try:
-            deployment = exit_stack.enter_context(stack.fresh_deployment("path"))
-        except stack.ServersUnavailable as exc:
-            log(f"cannot run: {exc}")
+        deployment = stack.enter_fresh_deployment(exit_stack, "path")
+        if deployment is None:
             return 2
         env = deployment.env
         model_id = train_r1(env, deployment.var, args.rows, deployment.token)

@@ -282,10 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     with ExitStack() as exit_stack:
-        try:
-            deployment = exit_stack.enter_context(stack.fresh_deployment("bench"))
-        except stack.ServersUnavailable as exc:
-            log(f"cannot run: {exc}")
+        deployment = stack.enter_fresh_deployment(exit_stack, "bench")
+        if deployment is None:
             return 2
         env, var, token = deployment.env, deployment.var, deployment.token
         base, api = exit_stack.enter_context(stack.api_process(env, var / "api.log"))

@@ -3,11 +3,12 @@
 - :func:`postgres_database`: a fresh, uniquely named database on the local Postgres, dropped at the end;
 - :func:`redis_database`: an empty Redis database number, claimed for the caller, flushed at the end;
 - :func:`service_env`: the LETHE_ variables of a production-mode service on those two;
-- :func:`fresh_deployment`: all three at once, with a temporary directory, for one run;
+- :func:`fresh_deployment`: all three at once, with a temporary directory, for one run
+  (:func:`enter_fresh_deployment`: the same on an ExitStack, None when the servers are unreachable);
 - :func:`celery_worker` and :func:`api_process`: the worker and the API as real subprocesses;
 - :func:`cpu_seconds`: the CPU time each of them, Postgres and Redis have used so far.
 
-Every helper raises :class:`ServersUnavailable` when Postgres or Redis cannot be reached.
+Every other helper raises :class:`ServersUnavailable` when Postgres or Redis cannot be reached.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +125,16 @@ def fresh_deployment(kind: str) -> Iterator[Deployment]:
     ):
         var = Path(tmp)
         yield Deployment(service_env(pg, rd, var, token, log_level="warning"), var, token)
+
+
+def enter_fresh_deployment(exit_stack: ExitStack, kind: str) -> Deployment | None:
+    """:func:`fresh_deployment`, entered on ``exit_stack`` (it goes when the stack closes); None, after
+    saying why on stderr, when Postgres or Redis cannot be reached: a bench then exits with status 2."""
+    try:
+        return exit_stack.enter_context(fresh_deployment(kind))
+    except ServersUnavailable as exc:
+        print(f"[bench] cannot run: {exc}", file=sys.stderr, flush=True)
+        return None
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
