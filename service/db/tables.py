@@ -83,6 +83,10 @@ class Model(Base):
     error: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # Why a retrain was asked for through the API (POST /v1/models/{id}/retrain), until it is recorded or
+    # fails: the durable record of the request, so a retrain job run again by the reconciler still knows
+    # it must retrain with no deletion waiting, and the ledger gets the caller's reason.
+    retrain_reason: Mapped[str | None] = mapped_column(Text)
 
     # current state: the serving version, the budget epoch and the durable parts of MethodState
     current_version_id: Mapped[int | None] = mapped_column(

@@ -225,7 +225,10 @@ def _fail_training(rt: Runtime, model_id: int, exc: BaseException) -> None:
 
 
 def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None:
-    """Retrain on the remaining data without every waiting request's subjects; start a new budget epoch."""
+    """Retrain on the remaining data without every waiting request's subjects; start a new budget epoch.
+
+    Scheduled when the budget runs out (the waiting requests give the reason) or through the API
+    (``Model.retrain_reason``, which also makes it retrain with no request waiting)."""
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status != "retraining":
@@ -233,11 +236,16 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
         if model.phase != "waiting" and not _stale(rt, model):
             return  # another worker is retraining it
         requests = uow.deletions.in_states(model_id, ["awaiting_retrain", "retraining", "queued"])
-        if not requests:
-            _ready(model)
+        if not requests and model.retrain_reason is None:
+            _ready(model)  # the requests it was for were canceled: nothing to retrain for
             uow.commit()
             return
-        reason = reason or _last_reason(uow, requests) or "budget exhausted"
+        reason = (
+            model.retrain_reason
+            or reason
+            or (_last_reason(uow, requests) if requests else None)
+            or "budget exhausted"
+        )
         batch = Batch(plan_requests(uow, model_id, requests))
         forgotten = batch.samples
         now = utcnow()
@@ -407,8 +415,10 @@ def _fail_retrain(rt: Runtime, model_id: int, exc: BaseException) -> None:
 
 
 def _ready(model: Model) -> None:
+    """Training, or a retrain, is over (done or failed): so is any retrain asked for through the API."""
     model.status, model.phase, model.progress, model.eta_seconds = "ready", "ready", 1.0, 0.0
     model.finished_at = utcnow()
+    model.retrain_reason = None
 
 
 def _ledger(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -483,6 +483,17 @@ def _await_retrain(
     for request in requests:
         request.state = "awaiting_retrain"
         uow.deletions.add_event(request.id, "awaiting_retrain", at, reason)
+    schedule_retrain(uow, model, reason, requests)
+
+
+def schedule_retrain(
+    uow: UnitOfWork, model: Model, reason: str, waiting: Sequence[DeletionRequest] = ()
+) -> None:
+    """Put the (locked) model in ``retraining``, phase ``waiting``, and queue the retrain job for after
+    the commit (:func:`service.jobs.training.retrain_model`); the ``retrain.scheduled`` audit event
+    names the reason and the requests ``waiting`` for it (none for a retrain asked for through the API).
+    While the model is retraining no update runs: requests submitted meanwhile stay queued and the
+    retrain excludes them too."""
     model.status = "retraining"
     model.phase = "waiting"
     model.progress = 0.0
@@ -491,7 +502,7 @@ def _await_retrain(
         model_chain(model.id),
         "retrain.scheduled",
         model_id=model.id,
-        payload={"reason": reason, "requests": [r.id for r in requests], "budget_epoch": model.budget_epoch},
+        payload={"reason": reason, "requests": [r.id for r in waiting], "budget_epoch": model.budget_epoch},
     )
     uow.outbox.add(
         "retrain_model", {"model_id": model.id, "reason": reason}, dedupe_key=f"retrain:{model.id}"

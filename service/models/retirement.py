@@ -61,6 +61,7 @@ def retire(rt: Runtime, model_id: int) -> None:
             return
         previous = model.status
         model.status, model.phase, model.eta_seconds, model.finished_at = DELETED, DELETED, None, utcnow()
+        model.retrain_reason = None  # a retrain asked for and not yet run will not run
         released = uow.refs.release(model_holder(model_id))
         uow.models.delete_all_samples(model_id)
         uow.audit.append(

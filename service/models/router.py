@@ -10,7 +10,7 @@ from service.deps import READS_ONLY, ModelId, RuntimeDep
 from service.errors import NotFound
 from service.ledger.schemas import BudgetOut
 from service.ledger.service import budget
-from service.models import retirement, service
+from service.models import retirement, retraining, service
 from service.models.schemas import (
     MethodList,
     ModelIn,
@@ -18,6 +18,7 @@ from service.models.schemas import (
     ModelOut,
     PredictIn,
     PredictOut,
+    RetrainIn,
     VersionList,
     VersionOut,
 )
@@ -89,6 +90,30 @@ def delete_model(model_id: ModelId, rt: RuntimeDep) -> ModelOut:
     retirement.delete_model(rt, model_id)
     with rt.uow() as uow:
         return service.model_out(uow, service.get_model(uow, model_id))
+
+
+@router.post(
+    "/v1/models/{model_id}/retrain",
+    status_code=202,
+    response_model=ModelOut,
+    summary="Retrain on the remaining data now: a retrained version and a new budget epoch",
+    description=(
+        "Schedules the retrain the service otherwise runs when the budget runs out: the model fits again "
+        "on its remaining data (without the subjects of every deletion still queued, which it completes), "
+        "releases a `retrained` version and starts a new budget epoch. The reason goes to the ledger "
+        "(`GET .../budget`, `retrains`) and the audit log. The model's status is `retraining` until the "
+        "new version serves (the current one serves meanwhile; deletions submitted meanwhile wait for the "
+        "retrain and are excluded by it). 409 while it is training, retraining or failed, or has no "
+        "data left; asking again while it retrains answers 409 `already_retraining`."
+    ),
+    responses=error_responses(404, 409, 410),
+)
+def retrain_model(model_id: ModelId, rt: RuntimeDep, body: RetrainIn | None = None) -> ModelOut:
+    reason = body.reason if body is not None and body.reason else retraining.DEFAULT_REASON
+    with rt.uow() as uow:
+        model = retraining.request_retrain(uow, model_id, reason)
+        uow.commit()
+        return service.model_out(uow, model)
 
 
 @router.get(

@@ -56,6 +56,15 @@ class ModelIn(Strict):
         return value
 
 
+class RetrainIn(Strict):
+    reason: str | None = Field(
+        None,
+        min_length=1,
+        max_length=500,
+        description="Why (kept in the ledger and the audit log); default: requested through the API",
+    )
+
+
 class StatusOut(BaseModel):
     state: Literal["queued", "training", "ready", "retraining", "failed", "deleted"]
     phase: str

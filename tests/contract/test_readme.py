@@ -4,8 +4,8 @@ starts it (embedded mode, the demo model included), so that the README cannot dr
 Only what the README leaves to the reader is supplied: the files it uploads (``people.csv``, ``t.csv``,
 ``graph.json``, ``PROTEINS.txt``), a feature row for its ``[[0, 0.1, 0.5, ...]]``, the port, and the
 wait it describes in words ("it trains in the background"): a command that uses a model (predictions,
-weights, deletions) first waits until that model is ready. Every command must answer 2xx, except a
-cancel, which may find its request already completed (409, as the README says).
+weights, deletions, a retrain) first waits until that model is ready. Every command must answer 2xx,
+except a cancel, which may find its request already completed (409, as the README says).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ ready() {
 curl() {
   local arg
   for arg in "$@"; do
-    if [[ $arg =~ /v1/models/([0-9]+)/(predictions|weights|deletions) ]]; then ready "${BASH_REMATCH[1]}"; fi
+    if [[ $arg =~ /v1/models/([0-9]+)/(predictions|weights|deletions|retrain) ]]; then ready "${BASH_REMATCH[1]}"; fi
   done
   command curl --max-time 60 -w "\n%(status)s %%{http_code} %%{url_effective}\n" "$@"
 }

@@ -56,3 +56,32 @@ def test_budget_exhaustion_triggers_a_retrain_that_completes_the_waiting_request
     assert chain.ok, chain.problem
     report = check_model(client.http, model_id, chain_events(client.http, f"model:{model_id}"))
     assert report.ok and report.versions == 4, report.problems
+
+
+def test_a_retrain_asked_for_through_the_api_runs_on_the_worker_and_checks_out(client: Client) -> None:
+    model_id = client.trained(n=90, samples_per_owner=3)
+    client.done(client.delete(model_id, owner_ids=["owner-00000"])["id"])
+
+    answer = client.http.post(f"/v1/models/{model_id}/retrain", json={"reason": "accuracy drifted"})
+    assert answer.status_code == 202, answer.text
+    again = client.http.post(f"/v1/models/{model_id}/retrain")
+    # The first is still waiting or running on the worker (a fit takes far longer than this round trip).
+    assert again.status_code == 409 and again.json()["error"]["code"] == "already_retraining", again.text
+    model = client.ready(model_id)
+    assert model["budget_epoch"] == 2 and model["current_version"] == 3 and model["train_size"] == 87
+
+    budget = client.http.get(f"/v1/models/{model_id}/budget").json()
+    assert [(r["reason"], r["version_seq"]) for r in budget["retrains"]] == [("accuracy drifted", 3)]
+    # Checked from outside: the retrained version has its ledger entry and release event, and it is
+    # what the service serves.
+    (chain,) = check(client.http, [f"model:{model_id}"])
+    assert chain.ok, chain.problem
+    report = check_model(client.http, model_id, chain_events(client.http, f"model:{model_id}"))
+    assert report.ok and report.versions == 3, report.problems
+    # The subject forgotten in the first epoch stays forgotten in the second.
+    refused = client.http.post(
+        f"/v1/models/{model_id}/deletions",
+        json={"owner_ids": ["owner-00000"]},
+        headers={"Idempotency-Key": "retrain-again-00000"},
+    )
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "already_forgotten", refused.text

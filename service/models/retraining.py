@@ -1,0 +1,59 @@
+"""Retraining on request: ``POST /v1/models/{id}/retrain``.
+
+The service retrains by itself when the next update would go over the privacy budget
+(:mod:`service.jobs.updates`). An operator may want a retrain before that: to bring a model whose
+approximate updates have drifted back to what training on the remaining data gives, or to start a
+fresh budget epoch before a known wave of deletions. It is the same job
+(:func:`service.jobs.training.retrain_model`): it fits on the remaining data without the subjects of
+every request still queued (and completes those requests), releases a ``retrained`` version, starts a
+new budget epoch, and its ledger entry and audit events carry the caller's reason.
+"""
+
+from __future__ import annotations
+
+from service.db.tables import Model
+from service.db.uow import UnitOfWork
+from service.errors import Conflict, NotFound
+from service.jobs.updates import schedule_retrain
+from service.models.service import require_live
+
+DEFAULT_REASON = "requested through the API"
+
+
+def request_retrain(uow: UnitOfWork, model_id: int, reason: str) -> Model:
+    """Schedule a retrain of a ready model (under the model lock); the caller commits, which queues it.
+
+    409 while the model has no version to replace yet (``not_ready``), is already retraining
+    (``already_retraining``), failed (``model_failed``) or has no training data left
+    (``no_training_data``); 410 once deleted."""
+    model = uow.models.lock(model_id)
+    if model is None:
+        raise NotFound(f"model {model_id} does not exist")
+    require_live(model)
+    _check_retrainable(model)
+    model.retrain_reason = reason
+    schedule_retrain(uow, model, reason)
+    return model
+
+
+def _check_retrainable(model: Model) -> None:
+    progress = f"phase {model.phase}, {round(100 * model.progress)}%"
+    if model.status == "retraining":
+        raise Conflict(
+            f"model {model.id} is already retraining ({progress}): its retrained version is released when "
+            "its status is ready again",
+            code="already_retraining",
+        )
+    if model.status == "failed":
+        raise Conflict(
+            f"model {model.id} failed to train ({model.error}); register it again", code="model_failed"
+        )
+    if model.status != "ready" or model.current_version_id is None:
+        raise Conflict(
+            f"model {model.id} is still training ({progress}); it needs no retrain before its first version",
+            code="not_ready",
+        )
+    if model.training is None or model.train_size == 0:
+        raise Conflict(
+            f"model {model.id} has no training data left to retrain on", code="no_training_data"
+        )

@@ -1,0 +1,106 @@
+"""POST /v1/models/{id}/retrain in embedded mode: a retrained version, a new budget epoch and the caller's
+reason in the ledger and the audit log; 409, 410, 404 and 422 where a retrain cannot or need not run."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from service.db.tables import Model
+from service.runtime import Runtime
+from tests.contract.conftest import forget_owner
+
+
+def _ready(client: TestClient, model_id: int = 1, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while (model := client.get(f"/v1/models/{model_id}").json())["status"]["state"] != "ready":
+        assert time.monotonic() < deadline, model
+        time.sleep(0.05)
+    return dict(model)
+
+
+def _error(response: Any, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code, error
+    return str(error["message"])
+
+
+def test_a_retrain_on_request_releases_a_retrained_version_in_a_new_budget_epoch(
+    fresh: tuple[TestClient, Runtime],
+) -> None:
+    client, _ = fresh
+    forget_owner(client, "owner-00001")
+    before = client.get("/v1/models/1/budget").json()
+    assert before["budget_epoch"] == 1 and before["spent"] > 0
+
+    answer = client.post("/v1/models/1/retrain", json={"reason": "nightly refresh"})
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["status"]["state"] in ("retraining", "ready")  # the in-process worker may be done
+    model = _ready(client)
+    assert model["budget_epoch"] == 2 and model["status"]["error"] is None
+    assert model["current_version"] == 3 and model["train_size"] == 60 - 2
+
+    versions = client.get("/v1/models/1/versions").json()["versions"]
+    assert [(v["kind"], v["budget_epoch"]) for v in versions] == [
+        ("initial", 1),
+        ("unlearned", 1),
+        ("retrained", 2),
+    ]
+    budget = client.get("/v1/models/1/budget").json()
+    assert budget["budget_epoch"] == 2 and budget["spent"] == 0
+    assert [(r["budget_epoch"], r["reason"], r["version_seq"]) for r in budget["retrains"]] == [
+        (2, "nightly refresh", 3)
+    ]
+    events = client.get("/v1/audit/events", params={"model_id": 1, "limit": 1000}).json()["events"]
+    retrain = [e for e in events if e["type"].startswith("retrain.")]
+    assert [e["type"] for e in retrain] == ["retrain.scheduled", "retrain.started", "retrain.completed"]
+    assert all(e["payload"]["reason"] == "nightly refresh" for e in retrain)
+    assert retrain[0]["payload"]["requests"] == []
+
+    # The retrained version serves, and the next deletion is an ordinary update of the new epoch.
+    assert client.post("/v1/models/1/predictions", json={"instances": [[0.0] * 20]}).status_code == 200
+    assert client.get("/v1/models/1/weights").headers["X-Model-Version"] == "3"
+    forget_owner(client, "owner-00002")
+    after = client.get("/v1/models/1/versions").json()["versions"][-1]
+    assert (after["kind"], after["budget_epoch"]) == ("unlearned", 2)
+
+    # No body: the default reason.
+    assert client.post("/v1/models/1/retrain").status_code == 202
+    _ready(client)
+    reasons = [r["reason"] for r in client.get("/v1/models/1/budget").json()["retrains"]]
+    assert reasons == ["nightly refresh", "requested through the API"]
+
+
+def test_a_retrain_is_refused_where_it_cannot_or_need_not_run(fresh: tuple[TestClient, Runtime]) -> None:
+    client, runtime = fresh
+
+    def hold(status: str, phase: str) -> None:
+        with runtime.uow() as uow:
+            uow.session.execute(update(Model).where(Model.id == 1).values(status=status, phase=phase))
+            uow.commit()
+
+    hold("retraining", "retraining")
+    message = _error(client.post("/v1/models/1/retrain"), 409, "already_retraining")
+    assert "already retraining" in message and "phase retraining" in message
+    hold("training", "fitting")
+    assert "still training" in _error(client.post("/v1/models/1/retrain"), 409, "not_ready")
+    hold("ready", "ready")
+    versions = len(client.get("/v1/models/1/versions").json()["versions"])
+
+    _error(client.post("/v1/models/1/retrain", json={"reason": ""}), 422, "validation_error")
+    _error(client.post("/v1/models/1/retrain", json={"why": "typo"}), 422, "validation_error")
+    _error(client.post("/v1/models/1/retrain", json={"reason": "x" * 501}), 422, "validation_error")
+    _error(client.post("/v1/models/999/retrain"), 404, "not_found")
+    # None of the refusals scheduled anything.
+    model = client.get("/v1/models/1").json()
+    assert model["status"]["state"] == "ready" and model["budget_epoch"] == 1
+    assert len(client.get("/v1/models/1/versions").json()["versions"]) == versions
+    types = {e["type"] for e in client.get("/v1/audit/events", params={"model_id": 1}).json()["events"]}
+    assert "retrain.scheduled" not in types
+
+    assert client.delete("/v1/models/1").status_code == 200
+    _error(client.post("/v1/models/1/retrain"), 410, "model_deleted")
