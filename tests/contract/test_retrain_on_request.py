@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from service.db.tables import Model
+from service.jobs.training import retrain_model
 from service.runtime import Runtime
 from tests.contract.conftest import forget_owner
 
@@ -104,3 +105,33 @@ def test_a_retrain_is_refused_where_it_cannot_or_need_not_run(fresh: tuple[TestC
 
     assert client.delete("/v1/models/1").status_code == 200
     _error(client.post("/v1/models/1/retrain"), 410, "model_deleted")
+
+
+def test_a_retrain_job_run_again_by_the_reconciler_still_knows_why(fresh: tuple[TestClient, Runtime]) -> None:
+    """The reconciler re-publishes a stale retrain with the model id alone: the reason recorded on the
+    model row makes it retrain although no deletion waits; with none recorded it only ends the wait."""
+    client, runtime = fresh
+
+    def waiting(reason: str | None) -> None:
+        with runtime.uow() as uow:
+            uow.session.execute(
+                update(Model)
+                .where(Model.id == 1)
+                .values(status="retraining", phase="waiting", retrain_reason=reason)
+            )
+            uow.commit()
+
+    waiting("asked for before a crash")
+    retrain_model(runtime, 1)  # as the re-published job runs it: no reason in its message
+    model = _ready(client)
+    assert model["budget_epoch"] == 2 and model["current_version"] == 2
+    retrains = client.get("/v1/models/1/budget").json()["retrains"]
+    assert [r["reason"] for r in retrains] == ["asked for before a crash"]
+    with runtime.uow() as uow:
+        row = uow.models.get(1)
+        assert row is not None and row.retrain_reason is None
+
+    waiting(None)  # e.g. every request it waited for was canceled
+    retrain_model(runtime, 1)
+    model = _ready(client, timeout=1)
+    assert model["budget_epoch"] == 2 and model["current_version"] == 2
