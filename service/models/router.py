@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Header, Path, Query, Response
 
 from service.deps import READS_ONLY, ModelId, RuntimeDep
 from service.errors import NotFound
@@ -160,15 +160,31 @@ def get_version(
 @router.get(
     "/v1/models/{model_id}/weights",
     summary="Download the current version's weights (safetensors)",
+    description=(
+        "The `ETag` is the weights' SHA-256 (the version's `weights_sha256`). Send it back in "
+        "`If-None-Match` to poll cheaply: 304 with no body while the served version's weights are the "
+        "same, 200 with the new weights once a deletion or a retrain released others."
+    ),
     response_class=Response,
     responses={
         200: {"content": {"application/octet-stream": {}}, "description": "safetensors file"},
+        304: {"description": "The served weights are the ones named in If-None-Match"},
         **error_responses(404, 409, 410),
     },
 )
-def download_weights(model_id: ModelId, rt: RuntimeDep) -> Response:
+def download_weights(
+    model_id: ModelId,
+    rt: RuntimeDep,
+    if_none_match: Annotated[
+        str | None, Header(max_length=8192, description="ETags of weights the caller holds")
+    ] = None,
+) -> Response:
     with rt.uow() as uow:
         model = service.get_model(uow, model_id)
+        version = service.current_version(uow, model)
+        headers = {"X-Model-Version": str(version.seq), "ETag": f'"{version.released_sha256}"'}
+        if if_none_match is not None and etag_matches(if_none_match, version.released_sha256):
+            return Response(status_code=304, headers=headers)
         version, blob = service.current_weights(uow, rt.artifacts, model)
     return Response(
         content=blob,
@@ -179,6 +195,13 @@ def download_weights(model_id: ModelId, rt: RuntimeDep) -> Response:
             "ETag": f'"{version.released_sha256}"',
         },
     )
+
+
+def etag_matches(if_none_match: str, digest: str) -> bool:
+    """RFC 9110 section 13.1.2: ``*`` or any listed entity tag, compared weakly (a ``W/`` prefix is
+    ignored), names the current representation."""
+    tags = [tag.strip() for tag in if_none_match.split(",")]
+    return any(tag == "*" or tag.removeprefix("W/") == f'"{digest}"' for tag in tags)
 
 
 @router.post(
