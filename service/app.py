@@ -24,6 +24,7 @@ from service.errors import ApiError, from_unlearning_error
 from service.health.router import router as health_router
 from service.limits import RequestSizeLimit
 from service.models.router import router as models_router
+from service.receipts.router import router as receipts_router
 from service.runtime import Runtime
 from service.schemas import ERROR_TEXT, ErrorBody, error_responses
 from service.settings import Settings
@@ -69,7 +70,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     app = FastAPI(title="Lethe", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.include_router(health_router)  # probes and metrics answer without a token
-    for router in (datasets_router, models_router, deletions_router, audit_router):
+    for router in (datasets_router, models_router, deletions_router, receipts_router, audit_router):
         app.include_router(router, dependencies=[Depends(authorized)], responses=error_responses(401))
     _install_error_handlers(app)
     app.add_middleware(RequestSizeLimit)

@@ -15,6 +15,7 @@ from service.db.uow import UnitOfWork
 from service.jobs.state import BlobCache
 from service.outbox.dispatcher import Dispatcher
 from service.queue import CeleryQueue, InProcessQueue, TaskQueue
+from service.receipts.signing import ReceiptSigner
 from service.settings import Settings
 from service.storage.artifacts import ArtifactStore, LocalArtifactStore
 from service.storage.hot import HotStore, connect
@@ -44,6 +45,8 @@ class Runtime:
         self.artifacts = open_artifact_store(settings)
         self.hot = HotStore(connect(settings.redis_url), settings.redis_prefix)
         self.hasher = SubjectHasher(settings.effective_subject_hash_key)
+        seed = settings.effective_receipt_signing_key
+        self.receipts = ReceiptSigner(seed) if seed is not None else None
         self.cache = BlobCache(self.artifacts, ttl_seconds=settings.cache_ttl_seconds)
         self.queue: TaskQueue = self._make_queue()
         self.dispatcher = Dispatcher(self)

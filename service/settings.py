@@ -9,6 +9,7 @@ Every field below is documented in ``docs/service.md`` (configuration table); ke
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -17,6 +18,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.jobs.callback_targets import Network, parse_networks
+from service.receipts.signing import new_seed, parse_seed
 from service.storage.s3 import parse_s3_url
 
 MIN_TOKEN_LENGTH = 16
@@ -76,6 +78,10 @@ class Settings(BaseSettings):
     callback_allowed_networks: str | None = None
     # HMAC key of the Lethe-Signature header of callbacks (service.jobs.callbacks.sign); unset: unsigned
     callback_signing_key: str | None = None
+    # Ed25519 private key (32-byte seed, base64url) that signs deletion receipts (service.receipts); unset:
+    # generated into var_dir in embedded mode, receipts off in production (every API process must sign
+    # with the same key). `python -m service.receipts new-key` prints one.
+    receipt_signing_key: str | None = None
 
     worker_metrics_port: int | None = Field(None, ge=1, le=65535)
     torch_threads: int | None = Field(None, ge=1)
@@ -120,6 +126,17 @@ class Settings(BaseSettings):
                 f"LETHE_CALLBACK_SIGNING_KEY must be at least {MIN_TOKEN_LENGTH} characters, without surrounding "
                 "whitespace: use a long random value (`python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _receipt_key_parses(self) -> Settings:
+        if self.receipt_signing_key is not None:
+            try:
+                parse_seed(self.receipt_signing_key)
+            except ValueError as exc:
+                raise ValueError(
+                    f"LETHE_RECEIPT_SIGNING_KEY: {exc}; `python -m service.receipts new-key` prints a valid one"
+                ) from None
         return self
 
     @model_validator(mode="after")
@@ -203,14 +220,29 @@ class Settings(BaseSettings):
         """
         if self.subject_hash_key:
             return self.subject_hash_key.encode()
-        path = self.var_dir / "subject_hash.key"
+        return self._kept_secret("subject_hash.key", lambda: secrets.token_hex(32)).encode()
+
+    @cached_property
+    def effective_receipt_signing_key(self) -> bytes | None:
+        """The Ed25519 seed that signs receipts: configured, or (embedded mode) generated once into
+        ``var_dir`` and kept, so receipts issued earlier still verify; None in production without one."""
+        if self.receipt_signing_key:
+            return parse_seed(self.receipt_signing_key)
+        if self.mode != "embedded":
+            return None
+        return parse_seed(self._kept_secret("receipt_signing.key", new_seed))
+
+    def _kept_secret(self, name: str, make: Callable[[], str]) -> str:
+        """The secret in ``var_dir/name``, made (``make``) and written there, readable by the owner
+        only, the first time."""
+        path = self.var_dir / name
         if path.exists():
-            return path.read_bytes().strip()
+            return path.read_text().strip()
         self.var_dir.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_hex(32).encode()
-        path.write_bytes(key)
+        secret = make()
+        path.write_text(secret)
         path.chmod(0o600)
-        return key
+        return secret
 
 
 def _token_list(value: str | None) -> tuple[bytes, ...]:

@@ -1,0 +1,52 @@
+"""/v1/deletions/{id}/receipt and /v1/receipts/key: signed proof that a deletion was carried out."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from service.deps import RequestId, RuntimeDep
+from service.receipts import service
+from service.receipts.schemas import ReceiptKeyOut, ReceiptOut
+from service.schemas import SubjectId, error_responses
+
+router = APIRouter(tags=["receipts"])
+
+_NAMED = 100  # plain ids a receipt may name
+
+
+@router.get(
+    "/v1/deletions/{request_id}/receipt",
+    response_model=ReceiptOut,
+    summary="A signed receipt of a completed deletion, for the data subject or an auditor",
+    description=(
+        "States that the request's subjects are out of the model: the version that excludes them (its "
+        "weights' SHA-256 and the guarantee its certificate states), when, and the audit event that "
+        "records it, signed with the service's Ed25519 key (`GET /v1/receipts/key`). Subjects appear as "
+        "the keyed hashes of the audit log; name an owner or sample id the request covered (`owner_id`, "
+        "`sample_id`, repeatable) and the receipt names it in plain too, so it can be handed to that "
+        "person. Verify with `python -m service.receipts verify`, or any Ed25519 library over the "
+        "receipt's canonical JSON (keys sorted, no whitespace, UTF-8). 409 `not_completed` before the "
+        "request completes."
+    ),
+    responses=error_responses(404, 409, 422),
+)
+def deletion_receipt(
+    request_id: RequestId,
+    rt: RuntimeDep,
+    owner_id: Annotated[list[SubjectId], Query(max_length=_NAMED, description="Owner ids to name")] = [],  # noqa: B006
+    sample_id: Annotated[list[SubjectId], Query(max_length=_NAMED, description="Sample ids to name")] = [],  # noqa: B006
+) -> ReceiptOut:
+    with rt.uow() as uow:
+        return service.issue(uow, rt.hasher, rt.receipts, request_id, owner_id, sample_id)
+
+
+@router.get(
+    "/v1/receipts/key",
+    response_model=ReceiptKeyOut,
+    summary="The public key that verifies deletion receipts",
+    responses=error_responses(409),
+)
+def receipt_key(rt: RuntimeDep) -> ReceiptKeyOut:
+    return service.public_key(rt.receipts)

@@ -1,0 +1,114 @@
+"""Deletion receipts in embedded mode: signed, verifiable with the published key, consistent with the
+version and the audit log they name; refused before completion and for ids the request did not name."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from service.db.tables import Model
+from service.receipts.__main__ import main as receipts_cli
+from service.receipts.signing import verify
+from service.runtime import Runtime
+from tests.contract.conftest import forget_owner
+
+
+def _error(response: Any, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code, error
+    return str(error["message"])
+
+
+def test_a_completed_deletion_s_receipt_verifies_and_matches_the_log(
+    fresh: tuple[TestClient, Runtime], tmp_path: Path
+) -> None:
+    client, _ = fresh
+    request = forget_owner(client, "owner-00005")
+    key = client.get("/v1/receipts/key").json()
+    assert key["algorithm"] == "Ed25519" and "BEGIN PUBLIC KEY" in key["public_key_pem"]
+
+    answer = client.get(f"/v1/deletions/{request['id']}/receipt")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    receipt = body["receipt"]
+    assert body["key_id"] == receipt["key_id"] == key["key_id"]
+    assert verify(receipt, body["signature"], key["public_key"])
+    assert not verify({**receipt, "model_id": 2}, body["signature"], key["public_key"])
+
+    assert receipt["type"] == "lethe.deletion-receipt" and receipt["model_deleted"] is False
+    assert (receipt["request_id"], receipt["model_id"], receipt["num_samples"]) == (request["id"], 1, 2)
+    assert receipt["completed_at"].endswith("Z")
+    version = client.get("/v1/models/1/versions/2").json()
+    assert receipt["version"]["seq"] == 2 and receipt["version"]["weights_sha256"] == version["weights_sha256"]
+    assert receipt["version"]["guarantee"] == version["certificate"]["guarantee"]
+    (completed,) = client.get(
+        "/v1/audit/events", params={"request_id": request["id"], "event_type": "deletion.completed"}
+    ).json()["events"]
+    assert receipt["audit"] == {
+        "chain": completed["chain"],
+        "seq": completed["seq"],
+        "event_type": "deletion.completed",
+        "hash": completed["hash"],
+    }
+    (subject,) = receipt["subjects"]
+    assert subject["kind"] == "owner" and subject["id"] is None
+    logged = client.get("/v1/audit/events", params={"owner_id": "owner-00005"}).json()["events"]
+    assert subject["hash"] in logged[0]["payload"]["subject_hashes"]
+
+    # Naming the owner puts the plain id in the signed receipt, for that person.
+    named = client.get(f"/v1/deletions/{request['id']}/receipt", params={"owner_id": "owner-00005"}).json()
+    assert named["receipt"]["subjects"][0]["id"] == "owner-00005"
+    assert verify(named["receipt"], named["signature"], key["public_key"])
+    saved = tmp_path / "receipt.json"
+    saved.write_text(json.dumps(named))
+    assert receipts_cli(["verify", str(saved), "--public-key", key["public_key"]]) == 0
+
+    message = _error(
+        client.get(f"/v1/deletions/{request['id']}/receipt", params={"owner_id": "owner-00006"}),
+        422,
+        "not_a_subject",
+    )
+    assert "owner-00006" in message
+    _error(client.get("/v1/deletions/999999/receipt"), 404, "not_found")
+
+
+def test_no_receipt_before_completion_and_one_when_the_model_was_deleted(
+    fresh: tuple[TestClient, Runtime],
+) -> None:
+    client, runtime = fresh
+    with runtime.uow() as uow:  # hold the model as a running retrain does: the deletion stays queued
+        uow.session.execute(update(Model).where(Model.id == 1).values(status="retraining", phase="running"))
+        uow.commit()
+    queued = client.post(
+        "/v1/models/1/deletions",
+        json={"sample_ids": ["syn-00007"]},
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    ).json()
+    time.sleep(0.2)
+    assert "queued" in _error(client.get(f"/v1/deletions/{queued['id']}/receipt"), 409, "not_completed")
+
+    assert client.delete("/v1/models/1").status_code == 200
+    body = client.get(f"/v1/deletions/{queued['id']}/receipt", params={"sample_id": "syn-00007"}).json()
+    receipt = body["receipt"]
+    assert receipt["model_deleted"] is True and receipt["version"] is None
+    assert receipt["subjects"] == [{"kind": "sample", "hash": receipt["subjects"][0]["hash"], "id": "syn-00007"}]
+    assert receipt["audit"]["event_type"] == "deletion.completed"
+    assert verify(receipt, body["signature"], client.get("/v1/receipts/key").json()["public_key"])
+
+
+def test_a_deployment_without_a_key_says_how_to_set_one(fresh: tuple[TestClient, Runtime]) -> None:
+    client, runtime = fresh
+    signer, runtime.receipts = runtime.receipts, None
+    try:
+        message = _error(client.get("/v1/receipts/key"), 409, "receipts_not_configured")
+        assert "LETHE_RECEIPT_SIGNING_KEY" in message
+        _error(client.get("/v1/deletions/1/receipt"), 409, "receipts_not_configured")
+    finally:
+        runtime.receipts = signer

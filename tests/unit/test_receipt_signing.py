@@ -1,0 +1,85 @@
+"""Receipt signatures (service.receipts.signing) and the verifier's command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.receipts.__main__ import main as receipts_cli
+from service.receipts.signing import (
+    ReceiptSigner,
+    b64url,
+    canonical,
+    key_id,
+    new_seed,
+    parse_seed,
+    verify,
+)
+from service.settings import Settings
+
+PAYLOAD = {"request_id": 7, "subjects": [{"kind": "owner", "hash": "ab", "id": "ünïcode"}], "note": None}
+
+
+def test_a_signature_verifies_and_fails_on_any_change() -> None:
+    signer = ReceiptSigner(parse_seed(new_seed()))
+    public = b64url(signer.public_key)
+    signature = signer.sign(PAYLOAD)
+    assert verify(PAYLOAD, signature, public)
+    assert verify(dict(reversed(list(PAYLOAD.items()))), signature, public)  # key order is not content
+    assert not verify({**PAYLOAD, "request_id": 8}, signature, public)
+    other = ReceiptSigner(parse_seed(new_seed()))
+    assert not verify(PAYLOAD, signature, b64url(other.public_key))
+    assert not verify(PAYLOAD, "not-a-signature", public)
+    assert signer.key_id == key_id(signer.public_key) != other.key_id
+
+
+def test_the_canonical_form_is_sorted_compact_utf8() -> None:
+    assert canonical({"b": 1, "a": ["x", None]}) == b'{"a":["x",null],"b":1}'
+    assert canonical({"id": "é"}) == '{"id":"é"}'.encode()
+
+
+def test_a_signing_key_must_be_32_bytes_of_base64url() -> None:
+    assert len(parse_seed(new_seed())) == 32
+    for bad in ("short", b64url(b"x" * 31), "!!!not base64!!!"):
+        with pytest.raises(ValueError):
+            parse_seed(bad)
+        with pytest.raises(ValueError, match="LETHE_RECEIPT_SIGNING_KEY"):
+            Settings(mode="embedded", receipt_signing_key=bad)
+
+
+def test_embedded_mode_keeps_one_generated_key_and_production_needs_one(tmp_path: Path) -> None:
+    first = Settings(mode="embedded", var_dir=tmp_path).effective_receipt_signing_key
+    assert first is not None and first == Settings(mode="embedded", var_dir=tmp_path).effective_receipt_signing_key
+    assert (tmp_path / "receipt_signing.key").stat().st_mode & 0o777 == 0o600
+    production = Settings(
+        mode="production",
+        var_dir=tmp_path / "p",
+        database_url="postgresql://x/y",
+        redis_url="redis://x",
+        subject_hash_key="k" * 32,
+    )
+    assert production.effective_receipt_signing_key is None
+    configured = new_seed()
+    assert Settings(mode="embedded", receipt_signing_key=configured).effective_receipt_signing_key == parse_seed(configured)
+
+
+def test_the_command_line_verifier(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    signer = ReceiptSigner(parse_seed(new_seed()))
+    receipt = {**PAYLOAD, "key_id": signer.key_id, "model_id": 1, "completed_at": "2026-11-21T00:00:00Z"}
+    path = tmp_path / "receipt.json"
+    path.write_text(json.dumps({"receipt": receipt, "signature": signer.sign(receipt)}))
+    public = b64url(signer.public_key)
+    assert receipts_cli(["verify", str(path), "--public-key", public]) == 0
+    assert "valid" in capsys.readouterr().out
+
+    path.write_text(json.dumps({"receipt": {**receipt, "model_id": 2}, "signature": signer.sign(receipt)}))
+    assert receipts_cli(["verify", str(path), "--public-key", public]) == 1
+    other = b64url(ReceiptSigner(parse_seed(new_seed())).public_key)
+    assert receipts_cli(["verify", str(path), "--public-key", other]) == 1
+    assert "names key" in capsys.readouterr().out
+    path.write_text("{not json")
+    assert receipts_cli(["verify", str(path), "--public-key", public]) == 2
+    assert receipts_cli(["new-key"]) == 0
+    assert len(parse_seed(capsys.readouterr().out.strip())) == 32
