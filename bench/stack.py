@@ -30,6 +30,7 @@ import httpx
 import psycopg
 import redis
 
+from service.receipts.signing import new_seed
 from workers.launcher import celery_program, worker_argv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +93,7 @@ def service_env(pg_url: str, redis_url: str, var_dir: Path, token: str, **overri
         "LETHE_DATABASE_URL": pg_url,
         "LETHE_REDIS_URL": redis_url,
         "LETHE_SUBJECT_HASH_KEY": secrets.token_hex(32),
+        "LETHE_RECEIPT_SIGNING_KEY": new_seed(),
         "LETHE_VAR_DIR": str(var_dir),
         "LETHE_ARTIFACT_DIR": str(var_dir / "artifacts"),
         "LETHE_CELERY_QUEUE": f"lethe-{token}",

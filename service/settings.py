@@ -130,7 +130,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _receipt_key_parses(self) -> Settings:
-        if self.receipt_signing_key is not None:
+        if self.receipt_signing_key:  # empty (an unset compose variable) is unset
             try:
                 parse_seed(self.receipt_signing_key)
             except ValueError as exc:

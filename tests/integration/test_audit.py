@@ -82,3 +82,23 @@ def test_tampering_is_detected(client: Client, runtime: Runtime) -> None:
         uow.session.add(AuditEvent(**saved))
         uow.commit()
     assert client.http.get("/v1/audit/verify", params={"chain": chain}).json()["ok"] is True
+
+
+def test_a_receipt_on_postgres_verifies_and_names_the_logged_event(client: Client) -> None:
+    from service.receipts.signing import verify
+
+    model_id = client.trained(n=60, samples_per_owner=3)
+    request = client.done(client.delete(model_id, owner_ids=["owner-00002"])["id"])
+    answer = client.http.get(f"/v1/deletions/{request['id']}/receipt", params={"owner_id": "owner-00002"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    receipt = body["receipt"]
+    key = client.http.get("/v1/receipts/key").json()
+    assert verify(receipt, body["signature"], key["public_key"])
+    assert receipt["subjects"][0]["id"] == "owner-00002" and receipt["num_samples"] == 3
+    assert receipt["completed_at"] == request["completed_at"].replace("+00:00", "Z")
+    assert receipt["version"]["seq"] == request["version"]["seq"]
+    (event,) = client.http.get(
+        "/v1/audit/events", params={"request_id": request["id"], "event_type": "deletion.completed"}
+    ).json()["events"]
+    assert (receipt["audit"]["seq"], receipt["audit"]["hash"]) == (event["seq"], event["hash"])

@@ -53,6 +53,8 @@ def test_embedded_mode_keeps_one_generated_key_and_production_needs_one(tmp_path
     first = Settings(mode="embedded", var_dir=tmp_path).effective_receipt_signing_key
     assert first is not None and first == Settings(mode="embedded", var_dir=tmp_path).effective_receipt_signing_key
     assert (tmp_path / "receipt_signing.key").stat().st_mode & 0o777 == 0o600
+    # An empty value (a compose file's unset `${LETHE_RECEIPT_SIGNING_KEY:-}`) means unset.
+    assert Settings(mode="embedded", var_dir=tmp_path, receipt_signing_key="").effective_receipt_signing_key == first
     production = Settings(
         mode="production",
         var_dir=tmp_path / "p",
