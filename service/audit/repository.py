@@ -87,15 +87,15 @@ class AuditRepository:
     def query(
         self,
         *,
-        model_id: int | None,
-        request_id: int | None,
+        model_id: int | None = None,
+        request_id: int | None = None,
         chain: str | None = None,
-        subject_hashes: list[str] | None,
-        event_type: str | None,
-        since: datetime | None,
-        until: datetime | None,
-        after_id: int | None,
-        limit: int,
+        subject_hashes: list[str] | None = None,
+        event_type: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
     ) -> list[AuditEvent]:
         """The events matching every filter given, oldest first; ``subject_hashes`` is None or names at
         least one subject."""

@@ -115,16 +115,7 @@ def _version(version: Any) -> ReceiptVersion:
 
 
 def _audit(uow: UnitOfWork, request_id: int) -> ReceiptAudit | None:
-    events: list[AuditEvent] = uow.audit.query(
-        model_id=None,
-        request_id=request_id,
-        subject_hashes=None,
-        event_type=COMPLETED_EVENT,
-        since=None,
-        until=None,
-        after_id=None,
-        limit=1,
-    )
+    events: list[AuditEvent] = uow.audit.query(request_id=request_id, event_type=COMPLETED_EVENT, limit=1)
     if not events:
         return None
     event = events[0]
