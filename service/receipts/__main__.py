@@ -1,7 +1,7 @@
 """``python -m service.receipts``: make a signing key, or verify a receipt without trusting the service.
 
 - ``new-key``: print a fresh Ed25519 private key (base64url) for LETHE_RECEIPT_SIGNING_KEY;
-- ``verify RECEIPT.json --public-key KEY``: check the signature of a receipt (the whole answer of
+- ``verify RECEIPT.json --public-key=KEY``: check the signature of a receipt (the whole answer of
   ``GET /v1/deletions/{id}/receipt``) against a public key (base64url, as ``GET /v1/receipts/key``
   gives it; pin the key you trust rather than fetching it next to the receipt). Exit status 0 when
   the signature holds, 1 when it does not, 2 for unusable input.
@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("new-key", help="print a fresh private key for LETHE_RECEIPT_SIGNING_KEY")
     check = commands.add_parser("verify", help="verify a receipt's signature")
     check.add_argument("receipt", type=Path, help="the receipt answer, as JSON ('-': standard input)")
-    check.add_argument("--public-key", required=True, help="the service's public key (base64url)")
+    check.add_argument(
+        "--public-key", required=True, help="the service's public key (base64url); write --public-key=KEY: a key may begin with -"
+    )
     args = parser.parse_args(argv)
     if args.command == "new-key":
         print(new_seed())

@@ -68,7 +68,7 @@ def test_a_completed_deletion_s_receipt_verifies_and_matches_the_log(
     assert verify(named["receipt"], named["signature"], key["public_key"])
     saved = tmp_path / "receipt.json"
     saved.write_text(json.dumps(named))
-    assert receipts_cli(["verify", str(saved), "--public-key", key["public_key"]]) == 0
+    assert receipts_cli(["verify", str(saved), f"--public-key={key['public_key']}"]) == 0
 
     message = _error(
         client.get(f"/v1/deletions/{request['id']}/receipt", params={"owner_id": "owner-00006"}),

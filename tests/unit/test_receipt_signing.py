@@ -51,10 +51,16 @@ def test_a_signing_key_must_be_32_bytes_of_base64url() -> None:
 
 def test_embedded_mode_keeps_one_generated_key_and_production_needs_one(tmp_path: Path) -> None:
     first = Settings(mode="embedded", var_dir=tmp_path).effective_receipt_signing_key
-    assert first is not None and first == Settings(mode="embedded", var_dir=tmp_path).effective_receipt_signing_key
+    assert (
+        first is not None
+        and first == Settings(mode="embedded", var_dir=tmp_path).effective_receipt_signing_key
+    )
     assert (tmp_path / "receipt_signing.key").stat().st_mode & 0o777 == 0o600
     # An empty value (a compose file's unset `${LETHE_RECEIPT_SIGNING_KEY:-}`) means unset.
-    assert Settings(mode="embedded", var_dir=tmp_path, receipt_signing_key="").effective_receipt_signing_key == first
+    assert (
+        Settings(mode="embedded", var_dir=tmp_path, receipt_signing_key="").effective_receipt_signing_key
+        == first
+    )
     production = Settings(
         mode="production",
         var_dir=tmp_path / "p",
@@ -64,7 +70,9 @@ def test_embedded_mode_keeps_one_generated_key_and_production_needs_one(tmp_path
     )
     assert production.effective_receipt_signing_key is None
     configured = new_seed()
-    assert Settings(mode="embedded", receipt_signing_key=configured).effective_receipt_signing_key == parse_seed(configured)
+    assert Settings(
+        mode="embedded", receipt_signing_key=configured
+    ).effective_receipt_signing_key == parse_seed(configured)
 
 
 def test_the_command_line_verifier(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,15 +81,34 @@ def test_the_command_line_verifier(tmp_path: Path, capsys: pytest.CaptureFixture
     path = tmp_path / "receipt.json"
     path.write_text(json.dumps({"receipt": receipt, "signature": signer.sign(receipt)}))
     public = b64url(signer.public_key)
-    assert receipts_cli(["verify", str(path), "--public-key", public]) == 0
+    assert receipts_cli(["verify", str(path), f"--public-key={public}"]) == 0
     assert "valid" in capsys.readouterr().out
 
     path.write_text(json.dumps({"receipt": {**receipt, "model_id": 2}, "signature": signer.sign(receipt)}))
-    assert receipts_cli(["verify", str(path), "--public-key", public]) == 1
+    assert receipts_cli(["verify", str(path), f"--public-key={public}"]) == 1
     other = b64url(ReceiptSigner(parse_seed(new_seed())).public_key)
-    assert receipts_cli(["verify", str(path), "--public-key", other]) == 1
+    assert receipts_cli(["verify", str(path), f"--public-key={other}"]) == 1
     assert "names key" in capsys.readouterr().out
     path.write_text("{not json")
-    assert receipts_cli(["verify", str(path), "--public-key", public]) == 2
+    assert receipts_cli(["verify", str(path), f"--public-key={public}"]) == 2
     assert receipts_cli(["new-key"]) == 0
     assert len(parse_seed(capsys.readouterr().out.strip())) == 32
+
+
+def test_a_public_key_that_begins_with_a_dash_is_taken(tmp_path: Path) -> None:
+    """base64url has '-' in its alphabet: one key in 64 begins with it, which argparse would read as an
+    option after a space; the documented form is --public-key=KEY."""
+    signer = next(
+        s
+        for s in (ReceiptSigner(parse_seed(new_seed())) for _ in range(10_000))
+        if b64url(s.public_key)[0] == "-"
+    )
+    receipt = {
+        "key_id": signer.key_id,
+        "request_id": 1,
+        "model_id": 1,
+        "completed_at": "2026-11-21T00:00:00Z",
+    }
+    path = tmp_path / "receipt.json"
+    path.write_text(json.dumps({"receipt": receipt, "signature": signer.sign(receipt)}))
+    assert receipts_cli(["verify", str(path), f"--public-key={b64url(signer.public_key)}"]) == 0
