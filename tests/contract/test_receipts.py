@@ -9,10 +9,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from service.db.tables import Model
+from service.db.tables import AuditEvent, Model
 from service.receipts.__main__ import main as receipts_cli
 from service.receipts.signing import verify
 from service.runtime import Runtime
@@ -27,9 +28,9 @@ def _error(response: Any, status: int, code: str) -> str:
 
 
 def test_a_completed_deletion_s_receipt_verifies_and_matches_the_log(
-    fresh: tuple[TestClient, Runtime], tmp_path: Path
+    fresh: tuple[TestClient, Runtime], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    client, _ = fresh
+    client, runtime = fresh
     request = forget_owner(client, "owner-00005")
     key = client.get("/v1/receipts/key").json()
     assert key["algorithm"] == "Ed25519" and "BEGIN PUBLIC KEY" in key["public_key_pem"]
@@ -69,6 +70,26 @@ def test_a_completed_deletion_s_receipt_verifies_and_matches_the_log(
     saved = tmp_path / "receipt.json"
     saved.write_text(json.dumps(named))
     assert receipts_cli(["verify", str(saved), f"--public-key={key['public_key']}"]) == 0
+    # With the service at hand, the event the receipt names is looked up in the recomputed chain.
+    public = f"--public-key={key['public_key']}"
+    assert receipts_cli(["verify", str(saved), public], client=client) == 0
+    assert "logged: event" in capsys.readouterr().out
+    signer = runtime.receipts
+    assert signer is not None
+    elsewhere = {**named["receipt"], "audit": {**named["receipt"]["audit"], "seq": 1}}  # signed, yet wrong
+    saved.write_text(json.dumps({"receipt": elsewhere, "signature": signer.sign(elsewhere)}))
+    assert receipts_cli(["verify", str(saved), public], client=client) == 1
+    assert "not the receipt's" in capsys.readouterr().out
+    saved.write_text(json.dumps(named))
+    with runtime.uow() as uow:  # the log altered under the receipt: its chain no longer recomputes
+        uow.session.execute(
+            update(AuditEvent)
+            .where(AuditEvent.chain == completed["chain"], AuditEvent.chain_seq == completed["seq"])
+            .values(payload={"forged": True})
+        )
+        uow.commit()
+    assert receipts_cli(["verify", str(saved), public], client=client) == 1
+    assert "does not verify" in capsys.readouterr().out
 
     message = _error(
         client.get(f"/v1/deletions/{request['id']}/receipt", params={"owner_id": "owner-00006"}),
