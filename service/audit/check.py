@@ -29,7 +29,8 @@ import hashlib
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,20 @@ def save_anchors(path: Path, reports: list[ChainReport]) -> None:
     path.write_text(json.dumps(anchors, indent=2, sort_keys=True) + "\n")
 
 
+@contextmanager
+def service_client(
+    url: str | None, token: str | None, client: httpx.Client | None = None
+) -> Iterator[httpx.Client]:
+    """``client`` when given (tests pass the app's), else a client of ``url`` sending the bearer
+    ``token`` (if any), closed at the end."""
+    if client is not None:
+        yield client
+        return
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(base_url=url or "", headers=headers, timeout=30) as own:
+        yield own
+
+
 def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m service.audit.check", description=__doc__.split("\n\n")[0]
@@ -224,23 +239,18 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
         anchors = load_anchors(args.anchors) if args.anchors else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         parser.error(f"cannot read the anchors in {args.anchors}: {exc}")
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-    own = client is None
-    client = client or httpx.Client(base_url=args.url, headers=headers, timeout=30)
     read: dict[str, list[AuditEventOut]] = {}
     try:
-        reports = check(client, args.chain, anchors, read)
-        models = (
-            []
-            if args.no_models
-            else [check_model(client, m, _events(client, read, m)) for m in model_ids(client)]
-        )
+        with service_client(args.url, args.token, client) as http:
+            reports = check(http, args.chain, anchors, read)
+            models = (
+                []
+                if args.no_models
+                else [check_model(http, m, _events(http, read, m)) for m in model_ids(http)]
+            )
     except httpx.HTTPError as exc:
         print(f"cannot read the audit log: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if own:
-            client.close()
     for r in reports:
         if r.ok:
             print(f"ok      {r.chain}: {r.events} events, head {r.head_seq} {r.head_hash}")

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from service.audit.check import check
+from service.audit.check import check, service_client
 from service.audit.schemas import AuditEventOut
 from service.receipts.signing import from_b64url, key_id, new_seed, verify
 
@@ -65,17 +65,12 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
     )
     if args.url is None and client is None:
         return 0
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-    own = client is None
-    client = client or httpx.Client(base_url=args.url, headers=headers, timeout=30)
     try:
-        problem = logged_problem(client, receipt)
+        with service_client(args.url, args.token, client) as http:
+            problem = logged_problem(http, receipt)
     except httpx.HTTPError as exc:
         print(f"cannot read the audit log: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if own:
-            client.close()
     if problem is not None:
         print(f"INVALID: {problem}")
         return 1

@@ -50,6 +50,14 @@ def forget_owner(client: TestClient, owner: str, model_id: int = 1) -> dict[str,
     return dict(request)
 
 
+def api_error(response: Any, status: int, code: str) -> str:
+    """Assert the answer is the error ``status`` / ``code``; returns its message."""
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code, error
+    return str(error["message"])
+
+
 @pytest.fixture(scope="session")
 def embedded_runtime(tmp_path_factory: pytest.TempPathFactory) -> Runtime:
     return embedded_runtime_in(tmp_path_factory.mktemp("lethe-embedded"))

@@ -7,7 +7,6 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,14 +16,7 @@ from service.db.tables import AuditEvent, Model
 from service.receipts.__main__ import main as receipts_cli
 from service.receipts.signing import verify
 from service.runtime import Runtime
-from tests.contract.conftest import forget_owner
-
-
-def _error(response: Any, status: int, code: str) -> str:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["code"] == code, error
-    return str(error["message"])
+from tests.contract.conftest import api_error, forget_owner
 
 
 def test_a_completed_deletion_s_receipt_verifies_and_matches_the_log(
@@ -91,13 +83,13 @@ def test_a_completed_deletion_s_receipt_verifies_and_matches_the_log(
     assert receipts_cli(["verify", str(saved), public], client=client) == 1
     assert "does not verify" in capsys.readouterr().out
 
-    message = _error(
+    message = api_error(
         client.get(f"/v1/deletions/{request['id']}/receipt", params={"owner_id": "owner-00006"}),
         422,
         "not_a_subject",
     )
     assert "owner-00006" in message
-    _error(client.get("/v1/deletions/999999/receipt"), 404, "not_found")
+    api_error(client.get("/v1/deletions/999999/receipt"), 404, "not_found")
 
 
 def test_no_receipt_before_completion_and_one_when_the_model_was_deleted(
@@ -113,7 +105,7 @@ def test_no_receipt_before_completion_and_one_when_the_model_was_deleted(
         headers={"Idempotency-Key": str(uuid.uuid4())},
     ).json()
     time.sleep(0.2)
-    assert "queued" in _error(client.get(f"/v1/deletions/{queued['id']}/receipt"), 409, "not_completed")
+    assert "queued" in api_error(client.get(f"/v1/deletions/{queued['id']}/receipt"), 409, "not_completed")
 
     assert client.delete("/v1/models/1").status_code == 200
     body = client.get(f"/v1/deletions/{queued['id']}/receipt", params={"sample_id": "syn-00007"}).json()
@@ -128,8 +120,8 @@ def test_a_deployment_without_a_key_says_how_to_set_one(fresh: tuple[TestClient,
     client, runtime = fresh
     signer, runtime.receipts = runtime.receipts, None
     try:
-        message = _error(client.get("/v1/receipts/key"), 409, "receipts_not_configured")
+        message = api_error(client.get("/v1/receipts/key"), 409, "receipts_not_configured")
         assert "LETHE_RECEIPT_SIGNING_KEY" in message
-        _error(client.get("/v1/deletions/1/receipt"), 409, "receipts_not_configured")
+        api_error(client.get("/v1/deletions/1/receipt"), 409, "receipts_not_configured")
     finally:
         runtime.receipts = signer

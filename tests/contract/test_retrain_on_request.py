@@ -12,7 +12,7 @@ from sqlalchemy import update
 from service.db.tables import Model
 from service.jobs.training import retrain_model
 from service.runtime import Runtime
-from tests.contract.conftest import forget_owner
+from tests.contract.conftest import api_error, forget_owner
 
 
 def _ready(client: TestClient, model_id: int = 1, timeout: float = 60) -> dict[str, Any]:
@@ -21,13 +21,6 @@ def _ready(client: TestClient, model_id: int = 1, timeout: float = 60) -> dict[s
         assert time.monotonic() < deadline, model
         time.sleep(0.05)
     return dict(model)
-
-
-def _error(response: Any, status: int, code: str) -> str:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["code"] == code, error
-    return str(error["message"])
 
 
 def test_a_retrain_on_request_releases_a_retrained_version_in_a_new_budget_epoch(
@@ -85,17 +78,17 @@ def test_a_retrain_is_refused_where_it_cannot_or_need_not_run(fresh: tuple[TestC
             uow.commit()
 
     hold("retraining", "retraining")
-    message = _error(client.post("/v1/models/1/retrain"), 409, "already_retraining")
+    message = api_error(client.post("/v1/models/1/retrain"), 409, "already_retraining")
     assert "already retraining" in message and "phase retraining" in message
     hold("training", "fitting")
-    assert "still training" in _error(client.post("/v1/models/1/retrain"), 409, "not_ready")
+    assert "still training" in api_error(client.post("/v1/models/1/retrain"), 409, "not_ready")
     hold("ready", "ready")
     versions = len(client.get("/v1/models/1/versions").json()["versions"])
 
-    _error(client.post("/v1/models/1/retrain", json={"reason": ""}), 422, "validation_error")
-    _error(client.post("/v1/models/1/retrain", json={"why": "typo"}), 422, "validation_error")
-    _error(client.post("/v1/models/1/retrain", json={"reason": "x" * 501}), 422, "validation_error")
-    _error(client.post("/v1/models/999/retrain"), 404, "not_found")
+    api_error(client.post("/v1/models/1/retrain", json={"reason": ""}), 422, "validation_error")
+    api_error(client.post("/v1/models/1/retrain", json={"why": "typo"}), 422, "validation_error")
+    api_error(client.post("/v1/models/1/retrain", json={"reason": "x" * 501}), 422, "validation_error")
+    api_error(client.post("/v1/models/999/retrain"), 404, "not_found")
     # None of the refusals scheduled anything.
     model = client.get("/v1/models/1").json()
     assert model["status"]["state"] == "ready" and model["budget_epoch"] == 1
@@ -104,7 +97,7 @@ def test_a_retrain_is_refused_where_it_cannot_or_need_not_run(fresh: tuple[TestC
     assert "retrain.scheduled" not in types
 
     assert client.delete("/v1/models/1").status_code == 200
-    _error(client.post("/v1/models/1/retrain"), 410, "model_deleted")
+    api_error(client.post("/v1/models/1/retrain"), 410, "model_deleted")
 
 
 def test_a_retrain_job_run_again_by_the_reconciler_still_knows_why(fresh: tuple[TestClient, Runtime]) -> None:
