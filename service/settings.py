@@ -8,6 +8,7 @@ Every field below is documented in ``docs/service.md`` (configuration table); ke
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable
 from functools import cached_property
@@ -233,15 +234,29 @@ class Settings(BaseSettings):
         return parse_seed(self._kept_secret("receipt_signing.key", new_seed))
 
     def _kept_secret(self, name: str, make: Callable[[], str]) -> str:
-        """The secret in ``var_dir/name``, made (``make``) and written there, readable by the owner
-        only, the first time."""
+        """The secret in ``var_dir/name``; the first time, made (``make``) and written there.
+
+        Written whole to a private temporary file (mode 0600 from its creation: never readable by
+        others, even for a moment) and then hard-linked into place, which fails if the name exists: two
+        processes starting at once keep one secret, and neither can read the other's half-written file.
+        """
         path = self.var_dir / name
         if path.exists():
             return path.read_text().strip()
         self.var_dir.mkdir(parents=True, exist_ok=True)
         secret = make()
-        path.write_text(secret)
-        path.chmod(0o600)
+        draft = path.with_name(f".{name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(secret)
+                out.flush()
+                os.fsync(out.fileno())
+            os.link(draft, path)
+        except FileExistsError:
+            return path.read_text().strip()
+        finally:
+            draft.unlink(missing_ok=True)
         return secret
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.db.base import utcnow
-from service.db.tables import AuditEvent, DeletionRequest
+from service.db.tables import AuditEvent, DeletionRequest, ModelVersion
 from service.db.uow import UnitOfWork
 from service.deletions.service import get_request
 from service.errors import Conflict, Unprocessable
@@ -100,7 +100,7 @@ def _subjects(
     ]
 
 
-def _version(version: Any) -> ReceiptVersion:
+def _version(version: ModelVersion) -> ReceiptVersion:
     cert: dict[str, Any] = version.certificate
     return ReceiptVersion(
         seq=version.seq,

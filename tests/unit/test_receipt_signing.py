@@ -112,3 +112,17 @@ def test_a_public_key_that_begins_with_a_dash_is_taken(tmp_path: Path) -> None:
     path = tmp_path / "receipt.json"
     path.write_text(json.dumps({"receipt": receipt, "signature": signer.sign(receipt)}))
     assert receipts_cli(["verify", str(path), f"--public-key={b64url(signer.public_key)}"]) == 0
+
+
+def test_processes_starting_at_once_keep_one_generated_key(tmp_path: Path) -> None:
+    """Each Settings stands for a process generating its key on first use; all must end with one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        keys = list(
+            pool.map(
+                lambda _: Settings(mode="embedded", var_dir=tmp_path).effective_receipt_signing_key, range(16)
+            )
+        )
+    assert len(set(keys)) == 1 and keys[0] is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["receipt_signing.key"]  # no drafts left
