@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.app import create_app
+from service.queue import InProcessQueue
 from service.runtime import Runtime
 from service.settings import Settings
 
@@ -50,6 +51,14 @@ def forget_owner(client: TestClient, owner: str, model_id: int = 1) -> dict[str,
     return dict(request)
 
 
+def settle(runtime: Runtime) -> None:
+    """Wait until the app's in-process worker has run every job sent so far. A training queues an update
+    job as it finishes (for requests that arrived meanwhile), which may still be running when the model
+    reads ready; a test that patches the update code, or submits a deletion, must not race it."""
+    if isinstance(runtime.queue, InProcessQueue):
+        runtime.queue.join()
+
+
 def api_error(response: Any, status: int, code: str) -> str:
     """Assert the answer is the error ``status`` / ``code``; returns its message."""
     assert response.status_code == status, response.text
@@ -69,10 +78,11 @@ def embedded_app(embedded_runtime: Runtime) -> FastAPI:
 
 
 @pytest.fixture(scope="session")
-def embedded(embedded_app: FastAPI) -> Iterator[TestClient]:
+def embedded(embedded_app: FastAPI, embedded_runtime: Runtime) -> Iterator[TestClient]:
     """A client with one trained model (id 1) on a small synthetic dataset (id 1)."""
     with TestClient(embedded_app) as client:
         train_small_model(client)
+        settle(embedded_runtime)
         yield client
 
 
@@ -83,4 +93,5 @@ def fresh(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
     runtime = embedded_runtime_in(tmp_path)
     with TestClient(create_app(runtime=runtime)) as client:
         train_small_model(client)
+        settle(runtime)
         yield client, runtime

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from service.queue import InProcessQueue
 from service.runtime import Runtime
+from tests.contract.conftest import settle
 
 SPEC = Path(__file__).resolve().parents[2] / "openapi.yaml"
 MAX_EXAMPLES = 25
@@ -43,8 +43,7 @@ def settled(embedded: TestClient, embedded_runtime: Runtime) -> Iterator[None]:
     ]:
         assert time.monotonic() < deadline, f"models {busy} of the fuzzed app never settled"
         time.sleep(0.1)
-    if isinstance(embedded_runtime.queue, InProcessQueue):
-        embedded_runtime.queue.join()
+    settle(embedded_runtime)
 
 
 @schema.parametrize()
