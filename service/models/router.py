@@ -185,15 +185,12 @@ def download_weights(
         headers = {"X-Model-Version": str(version.seq), "ETag": f'"{version.released_sha256}"'}
         if if_none_match is not None and etag_matches(if_none_match, version.released_sha256):
             return Response(status_code=304, headers=headers)
-        version, blob = service.current_weights(uow, rt.artifacts, model)
+        blob = service.released_weights(rt.artifacts, version)
+    disposition = f'attachment; filename="model-{model_id}-v{version.seq}.safetensors"'
     return Response(
         content=blob,
         media_type="application/octet-stream",
-        headers={
-            "Content-Disposition": f'attachment; filename="model-{model_id}-v{version.seq}.safetensors"',
-            "X-Model-Version": str(version.seq),
-            "ETag": f'"{version.released_sha256}"',
-        },
+        headers={**headers, "Content-Disposition": disposition},
     )
 
 

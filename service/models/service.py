@@ -245,12 +245,12 @@ def current_version(uow: UnitOfWork, model: Model) -> ModelVersion:
     return version
 
 
-def current_weights(uow: UnitOfWork, artifacts: ArtifactStore, model: Model) -> tuple[ModelVersion, bytes]:
-    version = current_version(uow, model)
+def released_weights(artifacts: ArtifactStore, version: ModelVersion) -> bytes:
+    """The version's released weights (safetensors); 409 ``superseded`` once a newer version purged them."""
     if version.released_blob is None:
         raise Conflict(f"the weights of version {version.seq} were superseded; retry", code="superseded")
     try:
-        return version, artifacts.get(version.released_blob)
+        return artifacts.get(version.released_blob)
     except BlobNotFound:
         raise Conflict(
             f"the weights of version {version.seq} were superseded; retry", code="superseded"
