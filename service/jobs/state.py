@@ -16,7 +16,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -142,10 +142,10 @@ class BlobCache:
         self._get("bucket", digest, lambda: bucket, lambda b: sum(a.nbytes for a in b.arrays.values()))
 
     def drop_rows(
-        self, manifest: Mapping[str, Any], removed: Mapping[str, str]
+        self, manifest: Mapping[str, Any], removed: Mapping[str, str], whole_owners: Collection[str] = ()
     ) -> tuple[dict[str, Any], set[str]]:
         """:func:`service.storage.buckets.drop_rows` reading and remembering buckets through this cache."""
-        return drop_rows(self._artifacts, self.bucket, manifest, removed, self.remember_bucket)
+        return drop_rows(self._artifacts, self.bucket, manifest, removed, self.remember_bucket, whole_owners)
 
     @property
     def store(self) -> ArtifactStore:

@@ -313,6 +313,7 @@ def _record_update(
         )
     cert = outcome.certificate
     request = batch.forget_request()  # graphs: the stored graph loses exactly these items (service.graphs)
+    emptied = emptied_owners(batch, forgotten)
     release = release_after_forget(
         rt.artifacts,
         rt.cache,
@@ -323,6 +324,7 @@ def _record_update(
         rt.settings.max_buckets,
         staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
         request=request,
+        whole_owners=emptied,
     )
     garbage = erase_from_source(
         uow,
@@ -356,7 +358,7 @@ def _record_update(
             deletions=len(forgotten),
         )
     )
-    record_erasure(rt, uow, model, batch, forgotten, budget_epoch=model.budget_epoch)
+    record_erasure(rt, uow, model, batch, forgotten, budget_epoch=model.budget_epoch, emptied=emptied)
     created = {
         "event_type": "version.created",
         "model_id": model.id,
@@ -388,10 +390,17 @@ def _record_update(
 
 
 def record_erasure(
-    rt: Runtime, uow: UnitOfWork, model: Model, batch: Batch, forgotten: dict[str, str], *, budget_epoch: int
+    rt: Runtime,
+    uow: UnitOfWork,
+    model: Model,
+    batch: Batch,
+    forgotten: dict[str, str],
+    *,
+    budget_epoch: int,
+    emptied: set[str] | None = None,
 ) -> None:
     """Tombstones (keyed hashes) for the forgotten samples and for owners with nothing left; the plaintext
-    sample rows go."""
+    sample rows go. ``emptied``: :func:`emptied_owners` of the batch, when the caller has it."""
     request_of = batch.request_of()
     uow.models.delete_samples(model.id, list(forgotten))
     rows: list[dict[str, object]] = [
@@ -406,7 +415,9 @@ def record_erasure(
         for sid in forgotten
     ]
     owners = {o for o in forgotten.values() if o}
-    left = uow.models.samples_of_owners(model.id, sorted(owners - emptied_owners(batch, forgotten)))
+    if emptied is None:
+        emptied = emptied_owners(batch, forgotten)
+    left = uow.models.samples_of_owners(model.id, sorted(owners - emptied))
     owner_request = {o: p.request.id for p in batch.plans for o in p.owners}
     for owner in owners - set(left):
         rows.append(

@@ -13,7 +13,7 @@ the training-array buckets, the statistics buckets, the current version's weight
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,11 +104,13 @@ def release_after_forget(
     max_buckets: int,
     staged: bool,
     request: ForgetRequest | None = None,
+    whole_owners: Collection[str] = (),
 ) -> Release:
     """``forgotten``: sample id -> owner id. ``staged``: the statistics removals are the service's own
     (RedisSampleStatistics), so only the affected statistics buckets are rewritten; otherwise the method
     replaced the statistics object and its whole snapshot is written again. ``request``: the batch's
-    ForgetRequest (a graph's remaining graph is the stored graph after it)."""
+    ForgetRequest (a graph's remaining graph is the stored graph after it). ``whole_owners``: owners
+    none of whose samples is left (their buckets go unread, :func:`service.storage.buckets.drop_rows`)."""
     released, clean, spec, own = write_state(artifacts, state)
     cache.remember_weights(released, state.released_weights)
     train_size = model.train_size - len(forgotten)
@@ -116,10 +118,10 @@ def release_after_forget(
     if is_graph(model.training):  # graph datasets (service.graphs): the remaining graph, rewritten whole
         training, train_size = forget_graph(artifacts, cache, model.training, request)
     else:
-        training = cache.drop_rows(model.training, forgotten)[0] if model.training else None
+        training = cache.drop_rows(model.training, forgotten, whole_owners)[0] if model.training else None
     statistics, snapshot = model.statistics, None
     if state.statistics is not None and model.statistics is not None and staged:
-        statistics = cache.drop_rows(model.statistics, forgotten)[0]
+        statistics = cache.drop_rows(model.statistics, forgotten, whole_owners)[0]
     elif state.statistics is not None:
         snapshot = state.statistics.export()
         statistics = write_statistics(artifacts, snapshot, max_buckets)

@@ -11,6 +11,12 @@ A manifest (JSON, stored in the owning row) names the buckets: ``{"num_buckets":
 "buckets": {"3": digest, ...}, ...}`` with any extra keys the owner keeps there (dimension, dtype, class
 count). ``num_rows`` is kept up to date by :func:`drop_rows`, so counting rows never reads the buckets
 (manifests written before it existed lack it).
+
+A per-owner manifest also lists, as ``shared_buckets``, the keys that two owners' ids hash to (almost
+always none). Every other bucket holds one owner's rows, so forgetting an owner whole drops their bucket
+without reading it: a burst of whole-owner deletions reads no bucket at all. Buckets only ever lose
+rows, so the list written with the buckets stays a safe superset. A manifest without the key (written
+before it existed, or with shared buckets by design) has every affected bucket read, as before.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -99,7 +105,26 @@ def write_buckets(
     with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
         digests_ = list(pool.map(put, [idx for _, idx in items]))
     buckets = {b: d for (b, _), d in zip(items, digests_)}
-    return {**extra, "num_buckets": num_buckets, "num_rows": len(sample_ids), "buckets": buckets}
+    manifest = {**extra, "num_buckets": num_buckets, "num_rows": len(sample_ids), "buckets": buckets}
+    if num_buckets == PER_OWNER:
+        manifest["shared_buckets"] = _shared_keys(owner_ids, num_buckets)
+    return manifest
+
+
+def _shared_keys(owner_ids: Sequence[str], num_buckets: int) -> list[str]:
+    """The bucket keys more than one owner hashes to."""
+    owners_of: dict[str, set[str]] = defaultdict(set)
+    for owner in set(owner_ids):
+        owners_of[bucket_of(owner, num_buckets)].add(owner)
+    return sorted(b for b, owners in owners_of.items() if len(owners) > 1)
+
+
+def _single_owner_keys(manifest: Mapping[str, Any], affected: Mapping[str, set[str]]) -> set[str]:
+    """Those of ``affected``'s keys whose bucket holds one owner's rows only (see the module docstring);
+    none for a manifest that does not say which keys are shared."""
+    if int(manifest["num_buckets"]) != PER_OWNER or "shared_buckets" not in manifest:
+        return set()
+    return set(affected) - set(manifest["shared_buckets"])
 
 
 def drop_rows(
@@ -108,21 +133,33 @@ def drop_rows(
     manifest: Mapping[str, Any],
     removed: Mapping[str, str],
     remember: Callable[[str, Bucket], None] | None = None,
+    whole_owners: Collection[str] = (),
 ) -> tuple[dict[str, Any], set[str]]:
     """Remove the ``removed`` samples (sample id -> owner id) from their buckets.
 
     Returns the new manifest and the digests it no longer names (only the rewritten buckets').
     ``remember(digest, bucket)`` is told about each bucket written (a cache: the next update that
-    touches the bucket then needs no read).
+    touches the bucket then needs no read). ``whole_owners``: owners every one of whose rows is in
+    ``removed`` (the caller knows it from the samples table); a bucket that holds only such an owner's
+    rows is dropped without being read.
     """
     affected: dict[str, set[str]] = defaultdict(set)
+    owners_in: dict[str, set[str]] = defaultdict(set)
     for sid, owner in removed.items():
-        affected[bucket_of(owner, int(manifest["num_buckets"]))].add(sid)
+        key = bucket_of(owner, int(manifest["num_buckets"]))
+        affected[key].add(sid)
+        owners_in[key].add(owner)
+    single = _single_owner_keys(manifest, affected)
+    whole = set(whole_owners)
     buckets = dict(manifest["buckets"])
     removed_rows = 0
     for b, gone in affected.items():
         old = buckets.get(b)
         if old is None:
+            continue
+        if b in single and owners_in[b] <= whole:
+            del buckets[b]
+            removed_rows += len(gone)
             continue
         bucket = read(old)
         keep = [i for i, sid in enumerate(bucket.sample_ids) if sid not in gone]
