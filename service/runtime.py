@@ -47,6 +47,7 @@ class Runtime:
         self.hasher = SubjectHasher(settings.effective_subject_hash_key)
         seed = settings.effective_receipt_signing_key
         self.receipts = ReceiptSigner(seed) if seed is not None else None
+        self.retired_receipt_keys = settings.retired_receipt_keys
         self.cache = BlobCache(self.artifacts, ttl_seconds=settings.cache_ttl_seconds)
         self.queue: TaskQueue = self._make_queue()
         self.dispatcher = Dispatcher(self)

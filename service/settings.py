@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.jobs.callback_targets import Network, parse_networks
-from service.receipts.signing import new_seed, parse_seed
+from service.receipts.signing import new_seed, parse_public_key, parse_seed
 from service.storage.s3 import parse_s3_url
 
 MIN_TOKEN_LENGTH = 16
@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     # generated into var_dir in embedded mode, receipts off in production (every API process must sign
     # with the same key). `python -m service.receipts new-key` prints one.
     receipt_signing_key: str | None = None
+    # Public keys (base64url, comma-separated) of signing keys used before a rotation: published as
+    # retired by GET /v1/receipts/keys, so that receipts they signed still verify.
+    receipt_retired_keys: str | None = None
 
     worker_metrics_port: int | None = Field(None, ge=1, le=65535)
     torch_threads: int | None = Field(None, ge=1)
@@ -139,6 +142,26 @@ class Settings(BaseSettings):
                     f"LETHE_RECEIPT_SIGNING_KEY: {exc}; `python -m service.receipts new-key` prints a valid one"
                 ) from None
         return self
+
+    @model_validator(mode="after")
+    def _retired_receipt_keys_parse(self) -> Settings:
+        for entry in self._retired_key_entries():
+            try:
+                parse_public_key(entry)
+            except ValueError as exc:
+                raise ValueError(
+                    f"LETHE_RECEIPT_RETIRED_KEYS: {entry!r}: {exc}; list the public keys "
+                    "(GET /v1/receipts/key, `public_key`) of earlier signing keys, separated by commas"
+                ) from None
+        return self
+
+    def _retired_key_entries(self) -> list[str]:
+        return [e.strip() for e in (self.receipt_retired_keys or "").split(",") if e.strip()]
+
+    @cached_property
+    def retired_receipt_keys(self) -> list[bytes]:
+        """The raw public keys of earlier receipt signing keys, in the order given, without repeats."""
+        return list(dict.fromkeys(parse_public_key(e) for e in self._retired_key_entries()))
 
     @model_validator(mode="after")
     def _tokens_are_strong(self) -> Settings:

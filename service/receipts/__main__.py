@@ -3,7 +3,9 @@
 - ``new-key``: print a fresh Ed25519 private key (base64url) for LETHE_RECEIPT_SIGNING_KEY;
 - ``verify RECEIPT.json --public-key=KEY``: check the signature of a receipt (the whole answer of
   ``GET /v1/deletions/{id}/receipt``) against a public key (base64url, as ``GET /v1/receipts/key``
-  gives it; pin the key you trust rather than fetching it next to the receipt). With ``--url``, also
+  gives it; pin the key you trust rather than fetching it next to the receipt). Repeat
+  ``--public-key`` to give the keys of a rotation (``GET /v1/receipts/keys``): the one whose id the
+  receipt names is used. With ``--url``, also
   check that the service's audit log holds the event the receipt names: the tool reads that chain over
   the API, recomputes every hash itself (:mod:`service.audit.check`) and looks for the event at the
   receipt's sequence number with the receipt's hash, type and request. Exit status 0 when everything
@@ -23,7 +25,7 @@ import httpx
 
 from service.audit.check import check, service_client
 from service.audit.schemas import AuditEventOut
-from service.receipts.signing import from_b64url, key_id, new_seed, verify
+from service.receipts.signing import key_id, new_seed, parse_public_key, verify
 
 
 def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> int:
@@ -37,7 +39,9 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
     check_.add_argument(
         "--public-key",
         required=True,
-        help="the service's public key (base64url); write --public-key=KEY: a key may begin with -",
+        action="append",
+        help="the service's public key (base64url); write --public-key=KEY: a key may begin with -. "
+        "Repeatable: the key whose id the receipt names is used",
     )
     check_.add_argument("--url", help="the service: also check its audit log holds the receipt's event")
     check_.add_argument("--token", help="a bearer token for --url (a read-only one will do)")
@@ -49,14 +53,15 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
         text = sys.stdin.read() if str(args.receipt) == "-" else args.receipt.read_text()
         answer = json.loads(text)
         receipt, signature = answer["receipt"], answer["signature"]
-        wanted = key_id(from_b64url(args.public_key))
+        given = {key_id(parse_public_key(k)): k for k in args.public_key}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"unusable input: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    if receipt.get("key_id") != wanted:
-        print(f"INVALID: the receipt names key {receipt.get('key_id')}, the key given is {wanted}")
+    wanted = receipt.get("key_id")
+    if wanted not in given:
+        print(f"INVALID: the receipt names key {wanted}, the keys given are {', '.join(given)}")
         return 1
-    if not verify(receipt, signature, args.public_key):
+    if not verify(receipt, signature, given[wanted]):
         print("INVALID: the signature does not match the receipt (altered, or signed by another key)")
         return 1
     print(

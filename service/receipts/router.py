@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from service.deps import RequestId, RuntimeDep
 from service.receipts import service
-from service.receipts.schemas import ReceiptKeyOut, ReceiptOut
+from service.receipts.schemas import ReceiptKeyOut, ReceiptKeysOut, ReceiptOut
 from service.schemas import SubjectId, error_responses
 
 router = APIRouter(tags=["receipts"])
@@ -46,7 +46,25 @@ def deletion_receipt(
     "/v1/receipts/key",
     response_model=ReceiptKeyOut,
     summary="The public key that verifies deletion receipts",
+    description=(
+        "The key that signs new receipts. A receipt names its key (`key_id`); receipts signed before a "
+        "rotation verify against a retired key of `GET /v1/receipts/keys`."
+    ),
     responses=error_responses(409),
 )
 def receipt_key(rt: RuntimeDep) -> ReceiptKeyOut:
     return service.public_key(rt.receipts)
+
+
+@router.get(
+    "/v1/receipts/keys",
+    response_model=ReceiptKeysOut,
+    summary="Every public key a receipt of this deployment may name: the current one and retired ones",
+    description=(
+        "The current signing key (absent while receipts are off), then the keys that signed receipts "
+        "before a rotation (`LETHE_RECEIPT_RETIRED_KEYS`), so that every receipt issued still verifies: "
+        "pick the key whose `key_id` the receipt names."
+    ),
+)
+def receipt_keys(rt: RuntimeDep) -> ReceiptKeysOut:
+    return service.public_keys(rt.receipts, rt.retired_receipt_keys)

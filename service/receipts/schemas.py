@@ -68,3 +68,13 @@ class ReceiptKeyOut(BaseModel):
     key_id: str
     public_key: str = Field(description="The raw 32-byte public key, base64url")
     public_key_pem: str
+    status: Literal["current", "retired"] = Field(
+        "current",
+        description="`current` signs new receipts; a `retired` key signed receipts before a rotation",
+    )
+
+
+class ReceiptKeysOut(BaseModel):
+    keys: list[ReceiptKeyOut] = Field(
+        description="The current key first (if receipts are on), then retired ones"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from service.db.base import utcnow
 from service.db.tables import AuditEvent, DeletionRequest, ModelVersion
@@ -16,11 +16,12 @@ from service.receipts.schemas import (
     DeletionReceipt,
     ReceiptAudit,
     ReceiptKeyOut,
+    ReceiptKeysOut,
     ReceiptOut,
     ReceiptSubject,
     ReceiptVersion,
 )
-from service.receipts.signing import ReceiptSigner, b64url
+from service.receipts.signing import ReceiptSigner, b64url, key_id, public_key_pem
 from service.subjects import SubjectHasher
 
 COMPLETED_EVENT = "deletion.completed"
@@ -38,8 +39,20 @@ def require_signer(signer: ReceiptSigner | None) -> ReceiptSigner:
 
 def public_key(signer: ReceiptSigner | None) -> ReceiptKeyOut:
     signer = require_signer(signer)
+    return _key_out(signer.public_key, "current")
+
+
+def public_keys(signer: ReceiptSigner | None, retired: Sequence[bytes]) -> ReceiptKeysOut:
+    """Every key a receipt of this deployment may name: the current one (none while receipts are off),
+    then the retired ones still published (``LETHE_RECEIPT_RETIRED_KEYS``)."""
+    current = [_key_out(signer.public_key, "current")] if signer is not None else []
+    current_key = signer.public_key if signer is not None else None
+    return ReceiptKeysOut(keys=current + [_key_out(k, "retired") for k in retired if k != current_key])
+
+
+def _key_out(raw: bytes, status: Literal["current", "retired"]) -> ReceiptKeyOut:
     return ReceiptKeyOut(
-        key_id=signer.key_id, public_key=b64url(signer.public_key), public_key_pem=signer.public_key_pem
+        key_id=key_id(raw), public_key=b64url(raw), public_key_pem=public_key_pem(raw), status=status
     )
 
 

@@ -55,6 +55,22 @@ def parse_seed(text: str) -> bytes:
     return seed
 
 
+def parse_public_key(text: str) -> bytes:
+    """The raw 32-byte Ed25519 public key from its base64url form; ValueError naming what is wrong."""
+    raw = from_b64url(text.strip())
+    if len(raw) != SEED_BYTES:
+        raise ValueError(f"an Ed25519 public key is {SEED_BYTES} bytes, this one decodes to {len(raw)}")
+    return raw
+
+
+def public_key_pem(public_key: bytes) -> str:
+    """The raw public key as PEM (SubjectPublicKeyInfo), the form most tools read."""
+    key = Ed25519PublicKey.from_public_bytes(public_key)
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+
+
 def key_id(public_key: bytes) -> str:
     """A short name for a public key: the first 16 hex digits of its SHA-256."""
     return hashlib.sha256(public_key).hexdigest()[:16]
@@ -67,9 +83,7 @@ class ReceiptSigner:
         self._key = Ed25519PrivateKey.from_private_bytes(seed)
         public = self._key.public_key()
         self.public_key = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        self.public_key_pem = public.public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ).decode()
+        self.public_key_pem = public_key_pem(self.public_key)
         self.key_id = key_id(self.public_key)
 
     def sign(self, payload: Mapping[str, Any]) -> str:

@@ -14,7 +14,7 @@ from sqlalchemy import update
 
 from service.db.tables import AuditEvent, Model
 from service.receipts.__main__ import main as receipts_cli
-from service.receipts.signing import verify
+from service.receipts.signing import ReceiptSigner, new_seed, parse_public_key, parse_seed, verify
 from service.runtime import Runtime
 from tests.contract.conftest import api_error, forget_owner
 
@@ -39,7 +39,9 @@ def test_a_completed_deletion_s_receipt_verifies_and_matches_the_log(
     assert (receipt["request_id"], receipt["model_id"], receipt["num_samples"]) == (request["id"], 1, 2)
     assert receipt["completed_at"].endswith("Z")
     version = client.get("/v1/models/1/versions/2").json()
-    assert receipt["version"]["seq"] == 2 and receipt["version"]["weights_sha256"] == version["weights_sha256"]
+    assert (
+        receipt["version"]["seq"] == 2 and receipt["version"]["weights_sha256"] == version["weights_sha256"]
+    )
     assert receipt["version"]["guarantee"] == version["certificate"]["guarantee"]
     (completed,) = client.get(
         "/v1/audit/events", params={"request_id": request["id"], "event_type": "deletion.completed"}
@@ -111,7 +113,9 @@ def test_no_receipt_before_completion_and_one_when_the_model_was_deleted(
     body = client.get(f"/v1/deletions/{queued['id']}/receipt", params={"sample_id": "syn-00007"}).json()
     receipt = body["receipt"]
     assert receipt["model_deleted"] is True and receipt["version"] is None
-    assert receipt["subjects"] == [{"kind": "sample", "hash": receipt["subjects"][0]["hash"], "id": "syn-00007"}]
+    assert receipt["subjects"] == [
+        {"kind": "sample", "hash": receipt["subjects"][0]["hash"], "id": "syn-00007"}
+    ]
     assert receipt["audit"]["event_type"] == "deletion.completed"
     assert verify(receipt, body["signature"], client.get("/v1/receipts/key").json()["public_key"])
 
@@ -125,3 +129,44 @@ def test_a_deployment_without_a_key_says_how_to_set_one(fresh: tuple[TestClient,
         api_error(client.get("/v1/deletions/1/receipt"), 409, "receipts_not_configured")
     finally:
         runtime.receipts = signer
+
+
+def test_receipts_signed_before_a_key_rotation_still_verify(
+    fresh: tuple[TestClient, Runtime], tmp_path: Path
+) -> None:
+    client, runtime = fresh
+    before = client.get(f"/v1/deletions/{forget_owner(client, 'owner-00006')['id']}/receipt").json()
+    old_key = client.get("/v1/receipts/key").json()
+    assert client.get("/v1/receipts/keys").json()["keys"] == [{**old_key, "status": "current"}]
+
+    # The operator rotates: a new signing key, the old public key published as retired.
+    signer, retired = runtime.receipts, runtime.retired_receipt_keys
+    runtime.receipts = ReceiptSigner(parse_seed(new_seed()))
+    runtime.retired_receipt_keys = [parse_public_key(old_key["public_key"])]
+    try:
+        current = client.get("/v1/receipts/key").json()
+        keys = client.get("/v1/receipts/keys").json()["keys"]
+        assert [(k["key_id"], k["status"]) for k in keys] == [
+            (current["key_id"], "current"),
+            (old_key["key_id"], "retired"),
+        ]
+        assert keys[1]["public_key"] == old_key["public_key"]
+        assert keys[1]["public_key_pem"] == old_key["public_key_pem"]
+        after = client.get(f"/v1/deletions/{forget_owner(client, 'owner-00007')['id']}/receipt").json()
+        assert after["key_id"] == current["key_id"] != before["key_id"]
+        published = [f"--public-key={k['public_key']}" for k in keys]
+        for answer in (before, after):  # each verifies against the published key it names
+            saved = tmp_path / f"{answer['receipt']['request_id']}.json"
+            saved.write_text(json.dumps(answer))
+            assert receipts_cli(["verify", str(saved), *published]) == 0
+        assert (
+            receipts_cli(["verify", str(tmp_path / f"{before['receipt']['request_id']}.json"), published[0]])
+            == 1
+        )
+
+        # Receipts switched off: nothing signs, yet the retired key is still published.
+        runtime.receipts = None
+        assert client.get("/v1/receipts/keys").json()["keys"] == [{**keys[1]}]
+        api_error(client.get("/v1/receipts/key"), 409, "receipts_not_configured")
+    finally:
+        runtime.receipts, runtime.retired_receipt_keys = signer, retired

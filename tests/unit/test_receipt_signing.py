@@ -14,6 +14,7 @@ from service.receipts.signing import (
     canonical,
     key_id,
     new_seed,
+    parse_public_key,
     parse_seed,
     verify,
 )
@@ -126,3 +127,31 @@ def test_processes_starting_at_once_keep_one_generated_key(tmp_path: Path) -> No
         )
     assert len(set(keys)) == 1 and keys[0] is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["receipt_signing.key"]  # no drafts left
+
+
+def test_retired_keys_are_public_keys_listed_with_commas() -> None:
+    keys = [b64url(ReceiptSigner(parse_seed(new_seed())).public_key) for _ in range(2)]
+    settings = Settings(mode="embedded", receipt_retired_keys=f" {keys[0]},{keys[1]} , {keys[0]},")
+    assert settings.retired_receipt_keys == [parse_public_key(k) for k in keys]  # in order, once each
+    assert Settings(mode="embedded", receipt_retired_keys="").retired_receipt_keys == []
+    for bad in ("short", f"{keys[0]},{b64url(b'x' * 31)}", "!!!"):
+        with pytest.raises(ValueError, match="LETHE_RECEIPT_RETIRED_KEYS"):
+            Settings(mode="embedded", receipt_retired_keys=bad)
+
+
+def test_the_verifier_takes_the_key_the_receipt_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, new = (ReceiptSigner(parse_seed(new_seed())) for _ in range(2))
+    receipt = {**PAYLOAD, "key_id": old.key_id, "model_id": 1, "completed_at": "2026-11-21T00:00:00Z"}
+    path = tmp_path / "receipt.json"
+    path.write_text(json.dumps({"receipt": receipt, "signature": old.sign(receipt)}))
+    both = [f"--public-key={b64url(k.public_key)}" for k in (new, old)]
+    assert receipts_cli(["verify", str(path), *both]) == 0
+    assert old.key_id in capsys.readouterr().out
+    assert receipts_cli(["verify", str(path), both[0]]) == 1
+    assert f"names key {old.key_id}, the keys given are {new.key_id}" in capsys.readouterr().out
+    # A receipt that claims the new key's id but carries the old key's signature does not verify.
+    forged = {**receipt, "key_id": new.key_id}
+    path.write_text(json.dumps({"receipt": forged, "signature": old.sign(forged)}))
+    assert receipts_cli(["verify", str(path), *both]) == 1
