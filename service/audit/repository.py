@@ -45,6 +45,11 @@ class AuditRepository:
             ],
         )
 
+    def lock_chain(self, chain: str) -> None:
+        """Lock the chain's head row (if it exists yet) until the transaction ends, as
+        :meth:`append_many` would: for a transaction that must hold it before a later lock."""
+        self.session.execute(select(AuditHead.seq).where(AuditHead.chain == chain).with_for_update())
+
     def append_many(self, chain: str, events: list[dict[str, Any]]) -> None:
         """Append ``events`` (dicts with event_type, model_id, request_id, version_id, payload) to ``chain``.
 

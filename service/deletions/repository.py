@@ -52,21 +52,31 @@ class DeletionRepository:
                 .execution_options(synchronize_session=False)
             )
 
-    def complete_applied(self, model_id: int, version_id: int, at: datetime) -> list[Completed]:
-        """Every request of the model applied in ``version_id`` becomes completed (its plaintext subjects
-        dropped), in one UPDATE; returns what the completion step needs of them, oldest first."""
+    def lock_applied(self, model_id: int, version_id: int) -> list[Completed]:
+        """The model's requests applied in ``version_id``, locked until the transaction ends; what the
+        completion step needs of them, oldest first."""
         stmt = (
-            update(DeletionRequest)
+            select(DeletionRequest.id, DeletionRequest.callback_url, DeletionRequest.created_at)
             .where(
                 DeletionRequest.model_id == model_id,
                 DeletionRequest.state == "applied",
                 DeletionRequest.version_id == version_id,
             )
-            .values(state="completed", completed_at=at, subjects=None, updated_at=at)
-            .returning(DeletionRequest.id, DeletionRequest.callback_url, DeletionRequest.created_at)
-            .execution_options(synchronize_session=False)
+            .order_by(DeletionRequest.id)
+            .with_for_update()
         )
-        return sorted((Completed(*row) for row in self.session.execute(stmt)), key=lambda r: r.id)
+        return [Completed(*row) for row in self.session.execute(stmt)]
+
+    def mark_completed(self, request_ids: Sequence[int], at: datetime) -> None:
+        """The requests (locked by :meth:`lock_applied`) become completed at ``at``, their plaintext
+        subject ids dropped, in one UPDATE."""
+        if request_ids:
+            self.session.execute(
+                update(DeletionRequest)
+                .where(DeletionRequest.id.in_(list(request_ids)))
+                .values(state="completed", completed_at=at, subjects=None, updated_at=at)
+                .execution_options(synchronize_session=False)
+            )
 
     def get(self, request_id: int) -> DeletionRequest | None:
         return self.session.get(DeletionRequest, request_id, populate_existing=True)

@@ -71,12 +71,14 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
     instead of reading it again (its sequence number and garbage never change; its weights are
     published only while it is still the current version, which is read here either way).
 
-    One transaction, in this order: publish; mark the requests completed (row locks: the requests, the
-    model's audit chain head); take the collection lock and unlink the garbage
-    (:func:`collect_garbage`); commit. Nothing commits as completed before the unlinks are done. The
-    collection lock comes last so that it is held only for the unlinks and the commit, and so that no
-    deadlock is possible: a writer holding it (shared) is inside its commit, waiting on no row lock,
-    while a row lock this transaction waits for belongs to a writer that has not reached that lock yet.
+    One transaction, in this order: publish; lock the version's applied requests and the model's audit
+    chain head (row locks); take the collection lock and unlink the garbage (:func:`collect_garbage`);
+    then mark the requests completed, stamped with the time the unlinks ended, append their audit
+    events; commit. Nothing commits as completed before the unlinks are done, and no ``completed_at``
+    (which receipts sign) names a time at which the subject's blobs still existed. The collection lock
+    comes after every row lock, so that no deadlock is possible: a writer holding it (shared) is inside
+    its commit, waiting on no row lock, while a row lock this transaction waits for belongs to a writer
+    that has not reached that lock yet.
     """
     with rt.uow() as uow:
         version = committed if committed is not None else uow.models.version(version_id)
@@ -88,20 +90,25 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
             # A newer version already exists; it excludes these subjects too, and it is what gets served.
             current = uow.models.version(current_id) or version
         publish(rt, model_id, current)
-        now = utcnow()
-        requests = _complete(uow, model_id, version_id, version.seq, now)
+        requests = uow.deletions.lock_applied(model_id, version_id)
+        if requests:
+            uow.audit.lock_chain(model_chain(model_id))
         collect_garbage(uow, rt, version.garbage)
+        now = utcnow()
+        _complete(uow, model_id, version_id, version.seq, requests, now)
         uow.commit()
     for request in requests:
         metrics.observe_completed(request.created_at, now)
 
 
-def _complete(uow: UnitOfWork, model_id: int, version_id: int, seq: int, now: datetime) -> list[Completed]:
-    """Mark the version's applied requests completed (their plaintext subject ids go with the state
-    change: nothing needs them any more), queue their callbacks, append their audit events."""
-    requests = uow.deletions.complete_applied(model_id, version_id, now)
+def _complete(
+    uow: UnitOfWork, model_id: int, version_id: int, seq: int, requests: list[Completed], now: datetime
+) -> None:
+    """Mark the version's applied (and locked) requests completed (their plaintext subject ids go with
+    the state change: nothing needs them any more), queue their callbacks, append their audit events."""
     if not requests:
-        return []
+        return
+    uow.deletions.mark_completed([r.id for r in requests], now)
     uow.deletions.add_events([(r.id, "completed", now, None) for r in requests])
     called = [r.id for r in requests if r.callback_url]
     uow.deletions.set_state(called, callback_state="pending")
@@ -111,7 +118,6 @@ def _complete(uow: UnitOfWork, model_id: int, version_id: int, seq: int, now: da
         model_chain(model_id),
         request_version_events("deletion.completed", model_id, version_id, seq, [r.id for r in requests]),
     )
-    return requests
 
 
 def finish_stalled(rt: Runtime, model_id: int, older_than_seconds: float) -> None:

@@ -81,10 +81,11 @@ def erase_retired(rt: Runtime, model_id: int) -> None:
             return
         rt.hot.retire(model_id)  # under the lock, before the waiting requests can count as completed
         blobs = _named_blobs(uow, model)
-        now = utcnow()
+        purged = utcnow()
         waiting = uow.deletions.in_states(model_id, WAITING)
+        if waiting:
+            uow.audit.lock_chain(model_chain(model_id))  # every row lock before the collection lock
         received = [request.created_at for request in waiting]
-        _complete(uow, model_id, waiting, now)
         model.training, model.statistics = None, None
         uow.session.execute(
             update(ModelVersion)
@@ -96,11 +97,13 @@ def erase_retired(rt: Runtime, model_id: int) -> None:
                 garbage=[],
                 # superseded versions keep the time their weights went
                 weights_purged_at=func.coalesce(
-                    ModelVersion.weights_purged_at, literal(now, ModelVersion.weights_purged_at.type)
+                    ModelVersion.weights_purged_at, literal(purged, ModelVersion.weights_purged_at.type)
                 ),
             )
         )
-        collect_garbage(uow, rt, blobs)  # last: the collection lock is held only for the unlinks
+        collect_garbage(uow, rt, blobs)  # after every row lock: held only for the unlinks and the rest
+        now = utcnow()  # completed once the blobs are gone: no completed_at precedes the unlinks
+        _complete(uow, model_id, waiting, now)
         uow.commit()
     for at in received:
         metrics.observe_completed(at, now)
