@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from service.app import create_app
+from service.db.tables import Model
 from service.queue import InProcessQueue
 from service.runtime import Runtime
 from service.settings import Settings
@@ -49,6 +51,15 @@ def forget_owner(client: TestClient, owner: str, model_id: int = 1) -> dict[str,
         assert time.monotonic() < deadline, request
         time.sleep(0.02)
     return dict(request)
+
+
+def hold_model(runtime: Runtime, model_id: int = 1) -> None:
+    """Put the model in the state of a running retrain: deletions submitted now stay queued."""
+    with runtime.uow() as uow:
+        uow.session.execute(
+            update(Model).where(Model.id == model_id).values(status="retraining", phase="running")
+        )
+        uow.commit()
 
 
 def settle(runtime: Runtime) -> None:

@@ -8,11 +8,9 @@ from datetime import datetime
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
 
-from service.db.tables import Model
 from service.runtime import Runtime
-from tests.contract.conftest import forget_owner
+from tests.contract.conftest import forget_owner, hold_model
 
 _SLOW_UNLINK_SECONDS = 0.05
 
@@ -56,9 +54,7 @@ def test_requests_a_model_deletion_completes_are_stamped_after_its_blobs_go(
     fresh: tuple[TestClient, Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, runtime = fresh
-    with runtime.uow() as uow:  # hold the model as a running retrain does: the deletion stays queued
-        uow.session.execute(update(Model).where(Model.id == 1).values(status="retraining", phase="running"))
-        uow.commit()
+    hold_model(runtime)  # the deletion stays queued
     queued = client.post(
         "/v1/models/1/deletions", json={"owner_ids": ["owner-00011"]}, headers={"Idempotency-Key": "k-11"}
     ).json()

@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from service.db.tables import AuditEvent, Model
+from service.db.tables import AuditEvent
 from service.receipts.__main__ import main as receipts_cli
 from service.receipts.signing import ReceiptSigner, new_seed, parse_public_key, parse_seed, verify
 from service.runtime import Runtime
-from tests.contract.conftest import api_error, forget_owner
+from tests.contract.conftest import api_error, forget_owner, hold_model
 
 
 def test_a_completed_deletion_s_receipt_verifies_and_matches_the_log(
@@ -98,9 +98,7 @@ def test_no_receipt_before_completion_and_one_when_the_model_was_deleted(
     fresh: tuple[TestClient, Runtime],
 ) -> None:
     client, runtime = fresh
-    with runtime.uow() as uow:  # hold the model as a running retrain does: the deletion stays queued
-        uow.session.execute(update(Model).where(Model.id == 1).values(status="retraining", phase="running"))
-        uow.commit()
+    hold_model(runtime)  # the deletion stays queued
     queued = client.post(
         "/v1/models/1/deletions",
         json={"sample_ids": ["syn-00007"]},
