@@ -25,7 +25,7 @@ import httpx
 
 from service.audit.check import check, service_client
 from service.audit.schemas import AuditEventOut
-from service.receipts.signing import key_id, new_seed, parse_public_key, verify
+from service.receipts.signing import b64url, key_id, new_seed, parse_public_key, verify
 
 
 def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> int:
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
         text = sys.stdin.read() if str(args.receipt) == "-" else args.receipt.read_text()
         answer = json.loads(text)
         receipt, signature = answer["receipt"], answer["signature"]
-        given = {key_id(parse_public_key(k)): k for k in args.public_key}
+        given = {key_id(raw): b64url(raw) for raw in map(parse_public_key, args.public_key)}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"unusable input: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -149,6 +149,7 @@ def test_the_verifier_takes_the_key_the_receipt_names(
     both = [f"--public-key={b64url(k.public_key)}" for k in (new, old)]
     assert receipts_cli(["verify", str(path), *both]) == 0
     assert old.key_id in capsys.readouterr().out
+    assert receipts_cli(["verify", str(path), f"--public-key= {b64url(old.public_key)}\n"]) == 0  # pasted
     assert receipts_cli(["verify", str(path), both[0]]) == 1
     assert f"names key {old.key_id}, the keys given are {new.key_id}" in capsys.readouterr().out
     # A receipt that claims the new key's id but carries the old key's signature does not verify.
