@@ -107,7 +107,18 @@ class ModelVersion(Base):
     """One released model; versions of a model form a gap-free chain (seq 1, 2, ...)."""
 
     __tablename__ = "model_versions"
-    __table_args__ = (UniqueConstraint("model_id", "seq"),)
+    __table_args__ = (
+        UniqueConstraint("model_id", "seq"),
+        # The versions that still name weights: one per model (the current one). Each new version
+        # purges its predecessors through this index, at a cost that does not grow with the model's
+        # history (migration 0006).
+        Index(
+            "ix_model_versions_unpurged",
+            "model_id",
+            postgresql_where=text("weights_purged_at IS NULL"),
+            sqlite_where=text("weights_purged_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)

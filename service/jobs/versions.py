@@ -17,8 +17,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import update
-
 from service.db.base import utcnow
 from service.db.tables import Dataset, Model, ModelVersion
 from service.db.uow import UnitOfWork
@@ -205,15 +203,7 @@ def record_version(
     model.training = release.training
     model.train_size = release.train_size
     model.statistics = release.statistics
-    uow.session.execute(
-        update(ModelVersion)
-        .where(
-            ModelVersion.model_id == model.id,
-            ModelVersion.id != version.id,
-            ModelVersion.weights_purged_at.is_(None),
-        )
-        .values(released_blob=None, clean_blob=None, artifacts={}, weights_purged_at=utcnow())
-    )
+    uow.models.purge_superseded(model.id, version.id, utcnow())
     return version
 
 

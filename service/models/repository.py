@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session, undefer
 
 from service.db.base import table
@@ -88,6 +88,20 @@ class ModelRepository:
 
     def version(self, version_id: int) -> ModelVersion | None:
         return self.session.get(ModelVersion, version_id)
+
+    def purge_superseded(self, model_id: int, current_version_id: int, at: datetime) -> None:
+        """Every version of the model but ``current_version_id`` loses its weights (rows, certificates and
+        the weights' digest stay). Through the partial index ``ix_model_versions_unpurged`` this touches
+        only the versions not purged yet (the previous current one), however long the model's history."""
+        self.session.execute(
+            update(ModelVersion)
+            .where(
+                ModelVersion.model_id == model_id,
+                ModelVersion.id != current_version_id,
+                ModelVersion.weights_purged_at.is_(None),
+            )
+            .values(released_blob=None, clean_blob=None, artifacts={}, weights_purged_at=at)
+        )
 
     def version_by_seq(self, model_id: int, seq: int) -> ModelVersion | None:
         return self.session.scalars(

@@ -80,3 +80,15 @@ def test_the_deletion_path_prints_each_phase_and_its_floor(pg_url: str, redis_ur
     assert figures["floor_ms"] == pytest.approx(sum(p["wall_ms"] for p in phases.values()), abs=0.02)
     assert figures["floor_over_target"] == pytest.approx(figures["floor_ms"] / 20.0, abs=0.01)
     assert (figures["rounds"], figures["warmup"], figures["rows"]) == (8, 2, 200)
+
+
+def test_the_version_history_bench_times_the_purge_with_and_without_its_index(pg_url: str) -> None:
+    """``python -m bench.version_history``: both history lengths, both ways, and the ratio of the two."""
+    figures = _run("bench.version_history", "--versions", "300", "--repeats", "3")
+    assert list(figures)[:2] == ["history_1", "history_300"]
+    for history in ("history_1", "history_300"):
+        timing = figures[history]
+        assert timing["with_index_ms"] > 0 and timing["without_index_ms"] > 0
+        ratio = timing["without_index_ms"] / timing["with_index_ms"]
+        assert timing["without_over_with"] == pytest.approx(ratio, abs=0.06)
+    assert (figures["versions"], figures["repeats"]) == (300, 3)
