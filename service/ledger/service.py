@@ -9,8 +9,7 @@ from service.ledger.schemas import BudgetOut, LedgerEntryOut, RetrainOut
 
 def budget(uow: UnitOfWork, model: Model) -> BudgetOut:
     entries = uow.ledger.entries(model.id)
-    seq_of = {v.id: v.seq for v in uow.models.versions(model.id, limit=1_000_000)}
-    current = entries[-1] if entries else None
+    current = entries[-1][0] if entries else None
     return BudgetOut(
         model_id=model.id,
         budget_epoch=model.budget_epoch,
@@ -23,7 +22,7 @@ def budget(uow: UnitOfWork, model: Model) -> BudgetOut:
             LedgerEntryOut(
                 budget_epoch=e.budget_epoch,
                 kind=e.kind,
-                version_seq=seq_of.get(e.version_id) if e.version_id else None,
+                version_seq=seq,
                 charge=e.charge,
                 spent=e.spent,
                 cap=e.budget_cap,
@@ -31,16 +30,11 @@ def budget(uow: UnitOfWork, model: Model) -> BudgetOut:
                 reason=e.reason,
                 at=e.created_at,
             )
-            for e in entries
+            for e, seq in entries
         ],
         retrains=[
-            RetrainOut(
-                budget_epoch=e.budget_epoch,
-                version_seq=seq_of.get(e.version_id) if e.version_id else None,
-                reason=e.reason,
-                at=e.created_at,
-            )
-            for e in entries
+            RetrainOut(budget_epoch=e.budget_epoch, version_seq=seq, reason=e.reason, at=e.created_at)
+            for e, seq in entries
             if e.kind == "retrain"
         ],
     )

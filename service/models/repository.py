@@ -89,6 +89,14 @@ class ModelRepository:
     def version(self, version_id: int) -> ModelVersion | None:
         return self.session.get(ModelVersion, version_id)
 
+    def seqs_of(self, version_ids: Iterable[int]) -> dict[int, int]:
+        """version id -> sequence number, for the given versions only (no row is loaded whole)."""
+        ids = sorted(set(version_ids))
+        if not ids:
+            return {}
+        rows = self.session.execute(select(ModelVersion.id, ModelVersion.seq).where(ModelVersion.id.in_(ids)))
+        return {version_id: seq for version_id, seq in rows}
+
     def purge_superseded(self, model_id: int, current_version_id: int, at: datetime) -> None:
         """Every version of the model but ``current_version_id`` loses its weights (rows, certificates and
         the weights' digest stay). Through the partial index ``ix_model_versions_unpurged`` this touches

@@ -131,7 +131,7 @@ def list_versions(
     with rt.uow() as uow:
         service.get_model(uow, model_id)
         versions = uow.models.versions(model_id, after_seq=after_seq, limit=limit)
-        parents = {v.id: v.seq for v in uow.models.versions(model_id, limit=1_000_000)} if after_seq else {}
+        parents = uow.models.seqs_of(v.parent_id for v in versions if v.parent_id) if after_seq else {}
     out = service.versions_out(versions)
     if parents:  # a page that starts mid-chain still names each version's parent
         for v_out, v in zip(out, versions):
