@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import Any
+
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
+from service.db.base import table
 from service.db.tables import LedgerEntry, ModelVersion
 
 
@@ -16,16 +19,18 @@ class LedgerRepository:
         self.session.add(entry)
         return entry
 
-    def entries(self, model_id: int) -> list[tuple[LedgerEntry, int | None]]:
-        """The model's ledger, oldest first, each entry with the sequence number of its version (None for
-        an entry that names none). One join: the version rows, certificates and all, are not loaded."""
+    def entries(self, model_id: int) -> list[Row[Any]]:
+        """The model's ledger, oldest first: rows with every column of ``ledger_entries`` and the sequence
+        number of the entry's version (``version_seq``; None for an entry that names none). One join,
+        columns only: neither the version rows (certificates and all) nor ORM objects are loaded."""
+        entries = table(LedgerEntry)
         stmt = (
-            select(LedgerEntry, ModelVersion.seq)
-            .outerjoin(ModelVersion, ModelVersion.id == LedgerEntry.version_id)
-            .where(LedgerEntry.model_id == model_id)
-            .order_by(LedgerEntry.id)
+            select(*entries.c, ModelVersion.seq.label("version_seq"))
+            .outerjoin(ModelVersion, ModelVersion.id == entries.c.version_id)
+            .where(entries.c.model_id == model_id)
+            .order_by(entries.c.id)
         )
-        return [(entry, seq) for entry, seq in self.session.execute(stmt)]
+        return list(self.session.execute(stmt))
 
     def latest(self, model_id: int) -> LedgerEntry | None:
         return self.session.scalars(

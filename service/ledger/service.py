@@ -9,7 +9,7 @@ from service.ledger.schemas import BudgetOut, LedgerEntryOut, RetrainOut
 
 def budget(uow: UnitOfWork, model: Model) -> BudgetOut:
     entries = uow.ledger.entries(model.id)
-    current = entries[-1][0] if entries else None
+    current = entries[-1] if entries else None
     return BudgetOut(
         model_id=model.id,
         budget_epoch=model.budget_epoch,
@@ -22,7 +22,7 @@ def budget(uow: UnitOfWork, model: Model) -> BudgetOut:
             LedgerEntryOut(
                 budget_epoch=e.budget_epoch,
                 kind=e.kind,
-                version_seq=seq,
+                version_seq=e.version_seq,
                 charge=e.charge,
                 spent=e.spent,
                 cap=e.budget_cap,
@@ -30,11 +30,13 @@ def budget(uow: UnitOfWork, model: Model) -> BudgetOut:
                 reason=e.reason,
                 at=e.created_at,
             )
-            for e, seq in entries
+            for e in entries
         ],
         retrains=[
-            RetrainOut(budget_epoch=e.budget_epoch, version_seq=seq, reason=e.reason, at=e.created_at)
-            for e, seq in entries
+            RetrainOut(
+                budget_epoch=e.budget_epoch, version_seq=e.version_seq, reason=e.reason, at=e.created_at
+            )
+            for e in entries
             if e.kind == "retrain"
         ],
     )
