@@ -33,6 +33,10 @@ ID_LENGTH = 256  # longest sample or owner id accepted
 HASH_LENGTH = 64  # hex sha256 / hmac-sha256
 
 
+# The audit event of a dataset erasing subjects itself (service.datasets.erasure): it names them in its
+# payload, not through a request.
+SUBJECTS_ERASED_EVENT = "dataset.subjects_erased"
+
 class Dataset(Base):
     """An uploaded or bundled dataset; its arrays live in the artifact store, as owner-hashed buckets."""
 
@@ -239,7 +243,17 @@ class AuditEvent(Base):
     """The audit log: append-only, hash-chained per chain (one chain per model, one for the system)."""
 
     __tablename__ = "audit_events"
-    __table_args__ = (UniqueConstraint("chain", "chain_seq"),)
+    __table_args__ = (
+        UniqueConstraint("chain", "chain_seq"),
+        # The events that name subjects in their payload instead of through a request: an audit query by
+        # subject reads them through this index rather than the whole log (migration 0006).
+        Index(
+            "ix_audit_events_subjects_erased",
+            "id",
+            postgresql_where=text(f"event_type = '{SUBJECTS_ERASED_EVENT}'"),
+            sqlite_where=text(f"event_type = '{SUBJECTS_ERASED_EVENT}'"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     chain: Mapped[str] = mapped_column(String(64))

@@ -82,13 +82,15 @@ def test_the_deletion_path_prints_each_phase_and_its_floor(pg_url: str, redis_ur
     assert (figures["rounds"], figures["warmup"], figures["rows"]) == (8, 2, 200)
 
 
-def test_the_version_history_bench_times_the_purge_with_and_without_its_index(pg_url: str) -> None:
-    """``python -m bench.version_history``: both history lengths, both ways, and the ratio of the two."""
-    figures = _run("bench.version_history", "--versions", "300", "--repeats", "3")
-    assert list(figures)[:2] == ["history_1", "history_300"]
-    for history in ("history_1", "history_300"):
-        timing = figures[history]
+def test_the_history_bench_times_each_statement_with_and_without_its_index(pg_url: str) -> None:
+    """``python -m bench.history``: the purge at both history lengths and the subject query, both ways,
+    and the ratio of the two."""
+    figures = _run("bench.history", "--versions", "300", "--events", "3003", "--repeats", "2")
+    cases = ["purge_history_1", "purge_history_300", "subject_query_3003_events"]
+    assert list(figures)[:3] == cases
+    for case in cases:
+        timing = figures[case]
         assert timing["with_index_ms"] > 0 and timing["without_index_ms"] > 0
         ratio = timing["without_index_ms"] / timing["with_index_ms"]
         assert timing["without_over_with"] == pytest.approx(ratio, abs=0.06)
-    assert (figures["versions"], figures["repeats"]) == (300, 3)
+    assert (figures["versions"], figures["events"], figures["repeats"]) == (300, 3003, 2)
