@@ -30,23 +30,19 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+# (name, table, column, predicate): each index holds only the rows its predicate names.
+_INDEXES = (
+    ("ix_model_versions_unpurged", "model_versions", "model_id", "weights_purged_at IS NULL"),
+    ("ix_audit_events_subjects_erased", "audit_events", "id", "event_type = 'dataset.subjects_erased'"),
+)
+
+
 def upgrade() -> None:
-    op.create_index(
-        "ix_model_versions_unpurged",
-        "model_versions",
-        ["model_id"],
-        postgresql_where=sa.text("weights_purged_at IS NULL"),
-        sqlite_where=sa.text("weights_purged_at IS NULL"),
-    )
-    op.create_index(
-        "ix_audit_events_subjects_erased",
-        "audit_events",
-        ["id"],
-        postgresql_where=sa.text("event_type = 'dataset.subjects_erased'"),
-        sqlite_where=sa.text("event_type = 'dataset.subjects_erased'"),
-    )
+    for name, table, column, predicate in _INDEXES:
+        where = sa.text(predicate)
+        op.create_index(name, table, [column], postgresql_where=where, sqlite_where=where)
 
 
 def downgrade() -> None:
-    op.drop_index("ix_audit_events_subjects_erased", table_name="audit_events")
-    op.drop_index("ix_model_versions_unpurged", table_name="model_versions")
+    for name, table, _, _ in reversed(_INDEXES):
+        op.drop_index(name, table_name=table)
