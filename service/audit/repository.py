@@ -45,23 +45,31 @@ class AuditRepository:
             ],
         )
 
-    def lock_chain(self, chain: str) -> None:
-        """Lock the chain's head row (if it exists yet) until the transaction ends, as
-        :meth:`append_many` would: for a transaction that must hold it before a later lock."""
-        self.session.execute(select(AuditHead.seq).where(AuditHead.chain == chain).with_for_update())
+    def lock_chain(self, chain: str) -> AuditHead | None:
+        """The chain's head row (None if the chain has no event yet), locked until the transaction ends,
+        as :meth:`append_many` would lock it: for a transaction that must hold it before a later lock.
+        Hand it to :meth:`append_many` (``head=``) to spare a second read."""
+        # populate_existing: the row as locked now, even if this session read it in an earlier
+        # transaction (sessions keep their objects across commits: expire_on_commit=False).
+        return self.session.execute(
+            select(AuditHead)
+            .where(AuditHead.chain == chain)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        ).scalar_one_or_none()
 
-    def append_many(self, chain: str, events: list[dict[str, Any]]) -> None:
+    def append_many(self, chain: str, events: list[dict[str, Any]], head: AuditHead | None = None) -> None:
         """Append ``events`` (dicts with event_type, model_id, request_id, version_id, payload) to ``chain``.
 
         The chain's head row is locked until the transaction ends: writers of one chain are serialised,
         so sequence numbers have no gaps and each event links to its true predecessor, while writers of
-        different chains (models) do not contend. Three statements however many events.
+        different chains (models) do not contend. Three statements however many events (two when
+        ``head`` is the chain's head as :meth:`lock_chain` returned it earlier in this transaction).
         """
         if not events:
             return
-        head = self.session.execute(
-            select(AuditHead).where(AuditHead.chain == chain).with_for_update()
-        ).scalar_one_or_none()
+        if head is None:
+            head = self.lock_chain(chain)
         if head is None:
             insert_ignore(self.session, AuditHead, {"chain": chain, "seq": 0, "hash": GENESIS})
             head = self.session.execute(

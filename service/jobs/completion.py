@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from service import metrics
 from service.audit.service import model_chain, request_version_events
 from service.db.base import utcnow
-from service.db.tables import ModelVersion
+from service.db.tables import AuditHead, ModelVersion
 from service.deletions.repository import Completed
 from service.storage.artifacts import ArtifactStore
 
@@ -91,21 +91,27 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
             current = uow.models.version(current_id) or version
         publish(rt, model_id, current)
         requests = uow.deletions.lock_applied(model_id, version_id)
-        if requests:
-            uow.audit.lock_chain(model_chain(model_id))
+        head = uow.audit.lock_chain(model_chain(model_id)) if requests else None
         collect_garbage(uow, rt, version.garbage)
         now = utcnow()
-        _complete(uow, model_id, version_id, version.seq, requests, now)
+        _complete(uow, model_id, version_id, version.seq, requests, now, head)
         uow.commit()
     for request in requests:
         metrics.observe_completed(request.created_at, now)
 
 
 def _complete(
-    uow: UnitOfWork, model_id: int, version_id: int, seq: int, requests: list[Completed], now: datetime
+    uow: UnitOfWork,
+    model_id: int,
+    version_id: int,
+    seq: int,
+    requests: list[Completed],
+    now: datetime,
+    head: AuditHead | None,
 ) -> None:
     """Mark the version's applied (and locked) requests completed (their plaintext subject ids go with
-    the state change: nothing needs them any more), queue their callbacks, append their audit events."""
+    the state change: nothing needs them any more), queue their callbacks, append their audit events
+    (``head``: the model chain's head, locked earlier in the transaction)."""
     if not requests:
         return
     uow.deletions.mark_completed([r.id for r in requests], now)
@@ -117,6 +123,7 @@ def _complete(
     uow.audit.append_many(
         model_chain(model_id),
         request_version_events("deletion.completed", model_id, version_id, seq, [r.id for r in requests]),
+        head,
     )
 
 

@@ -31,7 +31,7 @@ from sqlalchemy import func, literal, update
 from service import metrics
 from service.audit.service import model_chain
 from service.db.base import utcnow
-from service.db.tables import DeletionRequest, Model, ModelVersion
+from service.db.tables import AuditHead, DeletionRequest, Model, ModelVersion
 from service.errors import NotFound
 from service.jobs.completion import collect_garbage
 from service.jobs.versions import model_holder, version_blobs
@@ -83,8 +83,8 @@ def erase_retired(rt: Runtime, model_id: int) -> None:
         blobs = _named_blobs(uow, model)
         purged = utcnow()
         waiting = uow.deletions.in_states(model_id, WAITING)
-        if waiting:
-            uow.audit.lock_chain(model_chain(model_id))  # every row lock before the collection lock
+        # every row lock before the collection lock
+        head = uow.audit.lock_chain(model_chain(model_id)) if waiting else None
         received = [request.created_at for request in waiting]
         model.training, model.statistics = None, None
         uow.session.execute(
@@ -103,7 +103,7 @@ def erase_retired(rt: Runtime, model_id: int) -> None:
         )
         collect_garbage(uow, rt, blobs)  # after every row lock: held only for the unlinks and the rest
         now = utcnow()  # completed once the blobs are gone: no completed_at precedes the unlinks
-        _complete(uow, model_id, waiting, now)
+        _complete(uow, model_id, waiting, now, head)
         uow.commit()
     for at in received:
         metrics.observe_completed(at, now)
@@ -117,7 +117,9 @@ def _named_blobs(uow: UnitOfWork, model: Model) -> set[str]:
     return names
 
 
-def _complete(uow: UnitOfWork, model_id: int, requests: list[DeletionRequest], now: datetime) -> None:
+def _complete(
+    uow: UnitOfWork, model_id: int, requests: list[DeletionRequest], now: datetime, head: AuditHead | None
+) -> None:
     detail = "the model was deleted: every copy of its data is gone"
     for request in requests:
         request.state, request.completed_at, request.subjects = "completed", now, None
@@ -132,4 +134,5 @@ def _complete(uow: UnitOfWork, model_id: int, requests: list[DeletionRequest], n
              "payload": {"reason": "model_deleted"}}
             for r in requests
         ],
+        head,
     )
