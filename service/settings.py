@@ -145,23 +145,24 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _retired_receipt_keys_parse(self) -> Settings:
-        for entry in self._retired_key_entries():
+        self.retired_receipt_keys  # noqa: B018 - parsed (and kept) now, so that a bad entry stops the start
+        return self
+
+    @cached_property
+    def retired_receipt_keys(self) -> list[bytes]:
+        """The raw public keys of earlier receipt signing keys, in the order given, without repeats."""
+        keys: dict[bytes, None] = {}
+        for entry in (e.strip() for e in (self.receipt_retired_keys or "").split(",")):
+            if not entry:
+                continue
             try:
-                parse_public_key(entry)
+                keys[parse_public_key(entry)] = None
             except ValueError as exc:
                 raise ValueError(
                     f"LETHE_RECEIPT_RETIRED_KEYS: {entry!r}: {exc}; list the public keys "
                     "(GET /v1/receipts/key, `public_key`) of earlier signing keys, separated by commas"
                 ) from None
-        return self
-
-    def _retired_key_entries(self) -> list[str]:
-        return [e.strip() for e in (self.receipt_retired_keys or "").split(",") if e.strip()]
-
-    @cached_property
-    def retired_receipt_keys(self) -> list[bytes]:
-        """The raw public keys of earlier receipt signing keys, in the order given, without repeats."""
-        return list(dict.fromkeys(parse_public_key(e) for e in self._retired_key_entries()))
+        return list(keys)
 
     @model_validator(mode="after")
     def _tokens_are_strong(self) -> Settings:

@@ -37,6 +37,12 @@ HASH_LENGTH = 64  # hex sha256 / hmac-sha256
 # payload, not through a request.
 SUBJECTS_ERASED_EVENT = "dataset.subjects_erased"
 
+
+def partial(predicate: str) -> dict[str, Any]:
+    """The options of a partial index holding only the rows ``predicate`` names, on Postgres and SQLite."""
+    return {"postgresql_where": text(predicate), "sqlite_where": text(predicate)}
+
+
 class Dataset(Base):
     """An uploaded or bundled dataset; its arrays live in the artifact store, as owner-hashed buckets."""
 
@@ -119,8 +125,7 @@ class ModelVersion(Base):
         Index(
             "ix_model_versions_unpurged",
             "model_id",
-            postgresql_where=text("weights_purged_at IS NULL"),
-            sqlite_where=text("weights_purged_at IS NULL"),
+            **partial("weights_purged_at IS NULL"),
         ),
     )
 
@@ -250,8 +255,7 @@ class AuditEvent(Base):
         Index(
             "ix_audit_events_subjects_erased",
             "id",
-            postgresql_where=text(f"event_type = '{SUBJECTS_ERASED_EVENT}'"),
-            sqlite_where=text(f"event_type = '{SUBJECTS_ERASED_EVENT}'"),
+            **partial(f"event_type = '{SUBJECTS_ERASED_EVENT}'"),
         ),
     )
 
@@ -304,8 +308,7 @@ class OutboxMessage(Base):
             "uq_outbox_dedupe_key_pending",
             "dedupe_key",
             unique=True,
-            postgresql_where=text("dispatched_at IS NULL"),
-            sqlite_where=text("dispatched_at IS NULL"),
+            **partial("dispatched_at IS NULL"),
         ),
     )
 
