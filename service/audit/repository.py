@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, and_, bindparam, cast, insert, or_, select
+from sqlalchemy import Text, and_, bindparam, cast, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from service.audit.chain import GENESIS, event_hash
@@ -16,6 +17,26 @@ from service.db.upsert import insert_ignore
 
 SUBJECTS_ERASED = SUBJECTS_ERASED_EVENT
 """The event of a dataset that erased subjects itself; it names them (keyed hashes) in its payload."""
+
+# Every transaction of a deletion appends to its model's chain: the statements are built once, on the
+# Core tables (service.db.base, "Statements built once").
+_heads = table(AuditHead).c
+_LOCK_HEAD = select(_heads.seq, _heads.hash).where(_heads.chain == bindparam("chain")).with_for_update()
+_MOVE_HEAD = (
+    update(table(AuditHead))
+    .where(_heads.chain == bindparam("b_chain"))
+    .values(seq=bindparam("b_seq"), hash=bindparam("b_hash"))
+)
+_INSERT_EVENTS = insert(table(AuditEvent))
+
+
+@dataclass
+class ChainHead:
+    """A chain's head as locked in this transaction: its last sequence number and hash."""
+
+    chain: str
+    seq: int
+    hash: str
 
 
 class AuditRepository:
@@ -45,20 +66,14 @@ class AuditRepository:
             ],
         )
 
-    def lock_chain(self, chain: str) -> AuditHead | None:
+    def lock_chain(self, chain: str) -> ChainHead | None:
         """The chain's head row (None if the chain has no event yet), locked until the transaction ends,
         as :meth:`append_many` would lock it: for a transaction that must hold it before a later lock.
         Hand it to :meth:`append_many` (``head=``) to spare a second read."""
-        # populate_existing: the row as locked now, even if this session read it in an earlier
-        # transaction (sessions keep their objects across commits: expire_on_commit=False).
-        return self.session.execute(
-            select(AuditHead)
-            .where(AuditHead.chain == chain)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        ).scalar_one_or_none()
+        row = self.session.execute(_LOCK_HEAD, {"chain": chain}).first()
+        return ChainHead(chain, row.seq, row.hash) if row is not None else None
 
-    def append_many(self, chain: str, events: list[dict[str, Any]], head: AuditHead | None = None) -> None:
+    def append_many(self, chain: str, events: list[dict[str, Any]], head: ChainHead | None = None) -> None:
         """Append ``events`` (dicts with event_type, model_id, request_id, version_id, payload) to ``chain``.
 
         The chain's head row is locked until the transaction ends: writers of one chain are serialised,
@@ -72,9 +87,8 @@ class AuditRepository:
             head = self.lock_chain(chain)
         if head is None:
             insert_ignore(self.session, AuditHead, {"chain": chain, "seq": 0, "hash": GENESIS})
-            head = self.session.execute(
-                select(AuditHead).where(AuditHead.chain == chain).with_for_update()
-            ).scalar_one()
+            head = self.lock_chain(chain)
+            assert head is not None  # inserted just now, or by a concurrent writer that committed
         at = utcnow()
         seq, prev = head.seq, head.hash
         rows = []
@@ -94,8 +108,9 @@ class AuditRepository:
             )
             rows.append(row)
         # Every row names every column (a version event's request_id is None), so all go as one executemany.
-        self.session.execute(insert(table(AuditEvent)), rows)
-        head.seq, head.hash = seq, prev
+        self.session.execute(_INSERT_EVENTS, rows)
+        self.session.execute(_MOVE_HEAD, {"b_chain": chain, "b_seq": seq, "b_hash": prev})
+        head.seq, head.hash = seq, prev  # a caller appending again with this head continues the chain
 
     def query(
         self,

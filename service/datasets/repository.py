@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from service.db.tables import Dataset
+
+# Every update round locks its model's dataset (service.db.base, "Statements built once").
+_LOCK = select(Dataset).where(Dataset.id == bindparam("dataset_id")).with_for_update()
 
 
 class DatasetRepository:
@@ -26,9 +29,7 @@ class DatasetRepository:
         return list(names) if names else None
 
     def lock(self, dataset_id: int) -> Dataset | None:
-        return self.session.execute(
-            select(Dataset).where(Dataset.id == dataset_id).with_for_update()
-        ).scalar_one_or_none()
+        return self.session.execute(_LOCK, {"dataset_id": dataset_id}).scalar_one_or_none()
 
     def list(self, *, after_id: int | None, limit: int) -> list[Dataset]:
         stmt = select(Dataset).order_by(Dataset.id).limit(limit)

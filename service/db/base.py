@@ -2,6 +2,13 @@
 
 The naming convention makes constraint names deterministic, so Alembic migrations and the ORM agree
 on them (the drift test compares the two).
+
+Statements built once: the statements every deletion runs (its submission, its update round, its
+completion) are built at import, on the Core tables (:func:`table`), with their values as bound
+parameters, and executed through the session (which still autoflushes before them). Building an ORM
+statement per call (the query objects, their cache key, the ORM's compile state) cost about as much
+CPU as executing it: 410 microseconds for an ORM UPDATE built per call against 190 for the same UPDATE
+built once on the table (``bench/README.md``, "Statements built once").
 """
 
 from __future__ import annotations

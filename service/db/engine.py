@@ -9,6 +9,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.db import jsoncodec
+
 # A pooled connection idle for longer than this is pinged before it is handed out.
 PING_AFTER_IDLE_SECONDS = 1.0
 
@@ -28,7 +30,14 @@ def make_engine(url: str, *, pool_size: int = 40) -> Engine:
     url = normalise_url(url)
     if url.startswith("sqlite"):
         return _sqlite_engine(url)
-    engine = create_engine(url, pool_size=pool_size, max_overflow=20, future=True)
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=20,
+        future=True,
+        json_serializer=jsoncodec.dumps_bytes,  # psycopg sends the bytes as they are
+        json_deserializer=jsoncodec.loads,
+    )
     _ping_when_idle(engine)
     return engine
 
@@ -65,7 +74,12 @@ def _sqlite_engine(url: str) -> Engine:
     path = url.split("///", 1)[1] if "///" in url else ""
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        json_serializer=jsoncodec.dumps_text,
+        json_deserializer=jsoncodec.loads,
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import Insert
 
 from service.db.base import Base, table
 
@@ -17,12 +19,20 @@ def insert_ignore(
     columns), the inserted values (rows of a tuple for a tuple). Several rows go as one executemany of a
     cached statement, not a statement compiled for that many VALUES tuples."""
     dialect = session.get_bind().dialect.name
-    module = postgresql if dialect == "postgresql" else sqlite
-    stmt = module.insert(table(entity)).on_conflict_do_nothing()
     if returning is not None:
         columns = returning if isinstance(returning, tuple) else (returning,)
-        result = session.execute(stmt.returning(*columns), rows)
+        result = session.execute(_statement(dialect, entity, tuple(c.key for c in columns)), rows)
         return result.all() if isinstance(returning, tuple) else result.scalars().all()
     if rows:
-        session.execute(stmt, rows if isinstance(rows, list) else [rows])
+        session.execute(_statement(dialect, entity, ()), rows if isinstance(rows, list) else [rows])
     return None
+
+
+@cache
+def _statement(dialect: str, entity: type[Base], returning: tuple[str, ...]) -> Insert:
+    """The statement, built once per (dialect, table, returned columns) (service.db.base, "Statements
+    built once")."""
+    module = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(table(entity)).on_conflict_do_nothing()
+    columns = table(entity).c
+    return stmt.returning(*(columns[name] for name in returning)) if returning else stmt

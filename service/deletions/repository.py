@@ -5,13 +5,58 @@ from __future__ import annotations
 import builtins  # the class's ``list`` method shadows the builtin in its annotations
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Select, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from service.db.base import table, utcnow
 from service.db.tables import DeletionRequest, RequestEvent, RequestSubject
+
+# The statements of a deletion's hot path, built once on the Core tables (service.db.prepared): building
+# an ORM statement per call costs about as much CPU as executing it.
+_requests = table(DeletionRequest).c
+_INSERT_REQUESTS = insert(table(DeletionRequest)).returning(_requests.id, sort_by_parameter_order=True)
+_INSERT_EVENTS = insert(table(RequestEvent))
+_INSERT_SUBJECTS = insert(table(RequestSubject))
+_LOCK_APPLIED = (
+    select(_requests.id, _requests.callback_url, _requests.created_at)
+    .where(
+        _requests.model_id == bindparam("model_id"),
+        _requests.state == "applied",
+        _requests.version_id == bindparam("version_id"),
+    )
+    .order_by(_requests.id)
+    .with_for_update()
+)
+_MARK_COMPLETED = (
+    update(table(DeletionRequest))
+    .where(_requests.id.in_(bindparam("ids", expanding=True)))
+    .values(
+        state="completed",
+        completed_at=bindparam("at"),
+        subjects=None,
+        updated_at=bindparam("at"),
+    )
+)
+
+
+@cache
+def _in_states(lock: bool, limited: bool) -> Select[DeletionRequest]:
+    """:meth:`DeletionRepository.in_states`'s statement, built once per form."""
+    stmt = (
+        select(DeletionRequest)
+        .where(
+            DeletionRequest.model_id == bindparam("model_id"),
+            DeletionRequest.state.in_(bindparam("states", expanding=True)),
+        )
+        .order_by(DeletionRequest.id)
+        .execution_options(populate_existing=True)
+    )
+    if lock:
+        stmt = stmt.with_for_update()
+    return stmt.limit(bindparam("limit")) if limited else stmt
 
 
 class Completed(NamedTuple):
@@ -38,45 +83,30 @@ class DeletionRepository:
         spend more time tracking them than the database spends storing them."""
         if not rows:
             return []
-        stmt = insert(table(DeletionRequest)).returning(DeletionRequest.id, sort_by_parameter_order=True)
-        return list(self.session.scalars(stmt, rows))
+        return list(self.session.scalars(_INSERT_REQUESTS, rows))
 
     def set_state(self, request_ids: Sequence[int], **values: Any) -> None:
         """One UPDATE for many requests (``state=...``, ``version_id=...``). Loaded request objects are not
         refreshed: callers read the new values back with a query if they need them."""
         if request_ids:
             self.session.execute(
-                update(DeletionRequest)
-                .where(DeletionRequest.id.in_(list(request_ids)))
-                .values(updated_at=utcnow(), **values)
-                .execution_options(synchronize_session=False)
+                update(table(DeletionRequest))
+                .where(_requests.id.in_(bindparam("ids", expanding=True)))
+                .values(updated_at=utcnow(), **values),
+                {"ids": list(request_ids)},
             )
 
     def lock_applied(self, model_id: int, version_id: int) -> list[Completed]:
         """The model's requests applied in ``version_id``, locked until the transaction ends; what the
         completion step needs of them, oldest first."""
-        stmt = (
-            select(DeletionRequest.id, DeletionRequest.callback_url, DeletionRequest.created_at)
-            .where(
-                DeletionRequest.model_id == model_id,
-                DeletionRequest.state == "applied",
-                DeletionRequest.version_id == version_id,
-            )
-            .order_by(DeletionRequest.id)
-            .with_for_update()
-        )
-        return [Completed(*row) for row in self.session.execute(stmt)]
+        rows = self.session.execute(_LOCK_APPLIED, {"model_id": model_id, "version_id": version_id})
+        return [Completed(*row) for row in rows]
 
     def mark_completed(self, request_ids: Sequence[int], at: datetime) -> None:
         """The requests (locked by :meth:`lock_applied`) become completed at ``at``, their plaintext
         subject ids dropped, in one UPDATE."""
         if request_ids:
-            self.session.execute(
-                update(DeletionRequest)
-                .where(DeletionRequest.id.in_(list(request_ids)))
-                .values(state="completed", completed_at=at, subjects=None, updated_at=at)
-                .execution_options(synchronize_session=False)
-            )
+            self.session.execute(_MARK_COMPLETED, {"ids": list(request_ids), "at": at})
 
     def get(self, request_id: int) -> DeletionRequest | None:
         return self.session.get(DeletionRequest, request_id, populate_existing=True)
@@ -96,17 +126,10 @@ class DeletionRepository:
 
         The row locks make a concurrent cancel wait for the worker's decision instead of racing it.
         """
-        stmt = (
-            select(DeletionRequest)
-            .where(DeletionRequest.model_id == model_id, DeletionRequest.state.in_(states))
-            .order_by(DeletionRequest.id)
-            .execution_options(populate_existing=True)
-        )
-        if lock:
-            stmt = stmt.with_for_update()
+        params: dict[str, Any] = {"model_id": model_id, "states": list(states)}
         if limit is not None:
-            stmt = stmt.limit(limit)
-        return list(self.session.scalars(stmt))
+            params["limit"] = limit
+        return list(self.session.scalars(_in_states(lock, limit is not None), params))
 
     def count_in_states(self, model_id: int, states: Sequence[str]) -> int:
         return int(
@@ -138,7 +161,7 @@ class DeletionRepository:
         request's history reads back in the order its states were entered."""
         if events:
             self.session.execute(
-                insert(table(RequestEvent)),
+                _INSERT_EVENTS,
                 [{"request_id": r, "state": st, "at": at, "detail": d} for r, st, at, d in events],
             )
 
@@ -164,8 +187,7 @@ class DeletionRepository:
         """(request id, subject hash, kind) rows; kind is "sample" or "owner"."""
         if subjects:
             self.session.execute(
-                insert(table(RequestSubject)),
-                [{"request_id": r, "subject_hash": h, "kind": k} for r, h, k in subjects],
+                _INSERT_SUBJECTS, [{"request_id": r, "subject_hash": h, "kind": k} for r, h, k in subjects]
             )
 
     def subjects(self, request_id: int) -> builtins.list[RequestSubject]:

@@ -12,6 +12,13 @@ from service.db.base import table, utcnow
 from service.db.tables import IdempotencyKey
 from service.db.upsert import insert_ignore
 
+_keys = table(IdempotencyKey).c
+_COMPLETE = (
+    update(table(IdempotencyKey))
+    .where(_keys.scope == bindparam("b_scope"), _keys.key == bindparam("b_key"))
+    .values(status="done", response_status=bindparam("b_status"), response_body=bindparam("b_body"))
+)
+
 
 class IdempotencyRepository:
     def __init__(self, session: Session) -> None:
@@ -53,13 +60,8 @@ class IdempotencyRepository:
         """:meth:`complete` for many ``(scope, key, status, body)`` at once (one executemany of a Core
         UPDATE: the ORM's bulk update by primary key costs more than the statement itself)."""
         if answers:
-            keys = table(IdempotencyKey).c
             self.session.execute(
-                update(table(IdempotencyKey))
-                .where(keys.scope == bindparam("b_scope"), keys.key == bindparam("b_key"))
-                .values(
-                    status="done", response_status=bindparam("b_status"), response_body=bindparam("b_body")
-                ),
+                _COMPLETE,
                 [
                     {"b_scope": scope, "b_key": key, "b_status": status, "b_body": body}
                     for scope, key, status, body in answers

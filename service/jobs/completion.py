@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from service import metrics
+from service.audit.repository import ChainHead
 from service.audit.service import model_chain, request_version_events
 from service.db.base import utcnow
-from service.db.tables import AuditHead, ModelVersion
+from service.db.tables import ModelVersion
 from service.deletions.repository import Completed
 from service.storage.artifacts import ArtifactStore
 
@@ -107,7 +108,7 @@ def _complete(
     seq: int,
     requests: list[Completed],
     now: datetime,
-    head: AuditHead | None,
+    head: ChainHead | None,
 ) -> None:
     """Mark the version's applied (and locked) requests completed (their plaintext subject ids go with
     the state change: nothing needs them any more), queue their callbacks, append their audit events

@@ -6,15 +6,45 @@ import builtins  # the class's ``list`` method shadows the builtin in its annota
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session, undefer
+from sqlalchemy.orm.util import identity_key
 
 from service.db.base import table
 from service.db.tables import DeletionRequest, ErasedSubject, Model, ModelVersion, Sample
 from service.db.upsert import insert_ignore
 
 _IN_CHUNK = 5000  # bound on the size of one IN (...) list
+
+# Statements of every deletion, built once on the Core tables (service.db.base, "Statements built once").
+_models, _versions, _samples = table(Model).c, table(ModelVersion).c, table(Sample).c
+_GET_MODEL = select(Model).where(Model.id == bindparam("model_id")).execution_options(populate_existing=True)
+_GET_VERSION = select(ModelVersion).where(ModelVersion.id == bindparam("version_id"))
+_LOCK_MODEL = (
+    select(Model)
+    .where(Model.id == bindparam("model_id"))
+    .with_for_update(key_share=True)
+    .options(undefer(Model.training), undefer(Model.statistics))
+    .execution_options(populate_existing=True)
+)
+_CURRENT_VERSION = select(_models.current_version_id).where(_models.id == bindparam("model_id"))
+_PURGE_SUPERSEDED = (
+    update(table(ModelVersion))
+    .where(
+        _versions.model_id == bindparam("b_model_id"),  # b_: UPDATE reserves the columns' own names
+        _versions.id != bindparam("b_current_id"),
+        _versions.weights_purged_at.is_(None),
+    )
+    .values(released_blob=None, clean_blob=None, artifacts={}, weights_purged_at=bindparam("b_at"))
+)
+_SAMPLES_OF_OWNERS = select(_samples.owner_id, _samples.sample_id).where(
+    _samples.model_id == bindparam("model_id"), _samples.owner_id.in_(bindparam("owners", expanding=True))
+)
+_DELETE_SAMPLES = delete(table(Sample)).where(
+    _samples.model_id == bindparam("model_id"), _samples.sample_id.in_(bindparam("ids", expanding=True))
+)
 
 
 def _chunks(items: Sequence[str], size: int = _IN_CHUNK) -> Iterable[Sequence[str]]:
@@ -34,11 +64,12 @@ class ModelRepository:
         return model
 
     def get(self, model_id: int) -> Model | None:
-        return self.session.get(Model, model_id, populate_existing=True)
+        """The model as stored now (refreshing an object this session loaded before)."""
+        return self.session.execute(_GET_MODEL, {"model_id": model_id}).scalar_one_or_none()
 
     def current_version_id(self, model_id: int) -> int | None:
         """The model's serving version (None for an unknown model or one not trained yet)."""
-        return self.session.scalar(select(Model.current_version_id).where(Model.id == model_id))
+        return self.session.scalar(_CURRENT_VERSION, {"model_id": model_id})
 
     def lock(self, model_id: int) -> Model | None:
         """The per-model lock: a row lock held until the transaction ends.
@@ -49,13 +80,7 @@ class ModelRepository:
         requests while a worker holds the model. SQLite has no row locks; there every transaction
         begins with BEGIN IMMEDIATE, which serialises all writers (service/db/engine.py).
         """
-        return self.session.execute(
-            select(Model)
-            .where(Model.id == model_id)
-            .with_for_update(key_share=True)
-            .options(undefer(Model.training), undefer(Model.statistics))
-            .execution_options(populate_existing=True)
-        ).scalar_one_or_none()
+        return self.session.execute(_LOCK_MODEL, {"model_id": model_id}).scalar_one_or_none()
 
     def list(self, *, after_id: int | None, limit: int) -> list[Model]:
         stmt = select(Model).order_by(Model.id).limit(limit)
@@ -68,7 +93,9 @@ class ModelRepository:
         that is not deleted), by id."""
         wanted = Model.status != "deleted" if statuses is None else Model.status.in_(list(statuses))
         return list(
-            self.session.scalars(select(Model.id).where(Model.dataset_id == dataset_id, wanted).order_by(Model.id))
+            self.session.scalars(
+                select(Model.id).where(Model.dataset_id == dataset_id, wanted).order_by(Model.id)
+            )
         )
 
     def count(self) -> int:
@@ -87,7 +114,12 @@ class ModelRepository:
         return version
 
     def version(self, version_id: int) -> ModelVersion | None:
-        return self.session.get(ModelVersion, version_id)
+        """The version row; one this session holds already is returned without a query (as
+        ``Session.get`` does)."""
+        known = self.session.identity_map.get(identity_key(ModelVersion, version_id))
+        if known is not None:
+            return cast(ModelVersion, known)
+        return self.session.execute(_GET_VERSION, {"version_id": version_id}).scalar_one_or_none()
 
     def seqs_of(self, version_ids: Iterable[int]) -> dict[int, int]:
         """version id -> sequence number, for the given versions only (no row is loaded whole)."""
@@ -102,13 +134,7 @@ class ModelRepository:
         the weights' digest stay). Through the partial index ``ix_model_versions_unpurged`` this touches
         only the versions not purged yet (the previous current one), however long the model's history."""
         self.session.execute(
-            update(ModelVersion)
-            .where(
-                ModelVersion.model_id == model_id,
-                ModelVersion.id != current_version_id,
-                ModelVersion.weights_purged_at.is_(None),
-            )
-            .values(released_blob=None, clean_blob=None, artifacts={}, weights_purged_at=at)
+            _PURGE_SUPERSEDED, {"b_model_id": model_id, "b_current_id": current_version_id, "b_at": at}
         )
 
     def version_by_seq(self, model_id: int, seq: int) -> ModelVersion | None:
@@ -150,11 +176,7 @@ class ModelRepository:
         """owner id -> remaining sample ids, for the owners among ``owner_ids`` with any left."""
         out: dict[str, list[str]] = defaultdict(list)
         for chunk in _chunks(list(owner_ids)):
-            rows = self.session.execute(
-                select(Sample.owner_id, Sample.sample_id).where(
-                    Sample.model_id == model_id, Sample.owner_id.in_(chunk)
-                )
-            )
+            rows = self.session.execute(_SAMPLES_OF_OWNERS, {"model_id": model_id, "owners": list(chunk)})
             for r in rows:
                 out[r.owner_id].append(r.sample_id)
         return dict(out)
@@ -164,9 +186,7 @@ class ModelRepository:
 
     def delete_samples(self, model_id: int, sample_ids: Sequence[str]) -> None:
         for chunk in _chunks(list(sample_ids)):
-            self.session.execute(
-                delete(table(Sample)).where(Sample.model_id == model_id, Sample.sample_id.in_(chunk))
-            )
+            self.session.execute(_DELETE_SAMPLES, {"model_id": model_id, "ids": list(chunk)})
 
     def add_erased(self, rows: builtins.list[dict[str, object]]) -> None:
         for start in range(0, len(rows), _IN_CHUNK):

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, literal, update
 
 from service import metrics
+from service.audit.repository import ChainHead
 from service.audit.service import model_chain
 from service.db.base import utcnow
-from service.db.tables import AuditHead, DeletionRequest, Model, ModelVersion
+from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.errors import NotFound
 from service.jobs.completion import collect_garbage
 from service.jobs.versions import model_holder, version_blobs
@@ -118,7 +119,7 @@ def _named_blobs(uow: UnitOfWork, model: Model) -> set[str]:
 
 
 def _complete(
-    uow: UnitOfWork, model_id: int, requests: list[DeletionRequest], now: datetime, head: AuditHead | None
+    uow: UnitOfWork, model_id: int, requests: list[DeletionRequest], now: datetime, head: ChainHead | None
 ) -> None:
     detail = "the model was deleted: every copy of its data is gone"
     for request in requests:

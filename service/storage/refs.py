@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import bindparam, delete, select, text
 from sqlalchemy.orm import Session
 
 from service import metrics
@@ -35,6 +35,20 @@ _ATTEMPTS = 3
 # writers across processes. SQLite needs none: every transaction there begins with BEGIN IMMEDIATE
 # (service.db.engine), which already serialises a collector's transaction with a writer's.
 _COLLECTION_LOCK = 0x6C657468652D6763
+
+# Every update and completion runs these: built once (service.db.base, "Statements built once").
+_refs = table(ArtifactRef).c
+_RELEASE_ALL = delete(table(ArtifactRef)).where(_refs.holder == bindparam("holder")).returning(_refs.blob)
+_RELEASE = (
+    delete(table(ArtifactRef))
+    .where(_refs.holder == bindparam("holder"), _refs.blob.in_(bindparam("blobs", expanding=True)))
+    .returning(_refs.blob)
+)
+_HELD = select(_refs.blob).where(_refs.blob.in_(bindparam("blobs", expanding=True)))
+_LOCKS = {
+    function: text(f"SELECT {function}(:key)")
+    for function in ("pg_advisory_xact_lock_shared", "pg_advisory_xact_lock")
+}
 
 
 class ArtifactRefRepository:
@@ -59,17 +73,16 @@ class ArtifactRefRepository:
 
     def _lock(self, function: str) -> None:
         if self.session.get_bind().dialect.name == "postgresql":
-            self.session.execute(text(f"SELECT {function}(:key)"), {"key": _COLLECTION_LOCK})
+            self.session.execute(_LOCKS[function], {"key": _COLLECTION_LOCK})
 
     def release(self, holder: str, blobs: Iterable[str] | None = None) -> set[str]:
         """Drop ``holder``'s references (all of them, or only to ``blobs``); returns the blobs released."""
-        stmt = delete(table(ArtifactRef)).where(ArtifactRef.holder == holder)
-        if blobs is not None:
-            blobs = list(blobs)
-            if not blobs:
-                return set()
-            stmt = stmt.where(ArtifactRef.blob.in_(blobs))
-        return set(self.session.scalars(stmt.returning(ArtifactRef.blob)))
+        if blobs is None:
+            return set(self.session.scalars(_RELEASE_ALL, {"holder": holder}))
+        blobs = list(blobs)
+        if not blobs:
+            return set()
+        return set(self.session.scalars(_RELEASE, {"holder": holder, "blobs": blobs}))
 
     def unreferenced(self, blobs: Iterable[str]) -> set[str]:
         """The blobs no committed (or this transaction's) reference holds. Deleting them is safe only
@@ -77,7 +90,7 @@ class ArtifactRefRepository:
         blobs = set(blobs)
         if not blobs:
             return set()
-        held = set(self.session.scalars(select(ArtifactRef.blob).where(ArtifactRef.blob.in_(list(blobs)))))
+        held = set(self.session.scalars(_HELD, {"blobs": list(blobs)}))
         return blobs - held
 
 

@@ -1,0 +1,62 @@
+"""The JSON codec of the database's JSON columns: orjson, with the standard library as fallback.
+
+An update round reads and writes the model's and the dataset's bucket manifests (JSON, about 84 KB each
+at 1,000 owners, :mod:`service.storage.buckets`): three encodes and three decodes per round. The
+standard library spends about 375 microseconds on one encode and 250 on one decode, orjson 20 and 125
+(``bench/README.md``, "JSON columns"), so the codec is a measurable part of a round's CPU.
+
+What is stored never depends on the codec: where orjson would write something other than
+:func:`json.dumps` (with its defaults, as before), the standard library writes it.
+
+- orjson refuses integers beyond 64 bits and values the standard library handles in its own way: those
+  are encoded by :func:`json.dumps`;
+- orjson writes NaN and infinities as ``null`` where :func:`json.dumps` writes ``NaN`` (which Postgres
+  rejects, and which SQLite stores): a value holding such a float is encoded by :func:`json.dumps`
+  (the service keeps them out of its columns: :func:`unlearning.serialization.json_safe`);
+- orjson reads only standard JSON (no ``NaN``): anything else is read by :func:`json.loads`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import orjson
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS  # {1: ...} is stored as {"1": ...}, as json.dumps does
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """``value`` as UTF-8 JSON (psycopg's JSON dumper takes bytes as they are)."""
+    try:
+        encoded = orjson.dumps(value, option=_OPTIONS)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value).encode()
+    if b"null" in encoded and _has_non_finite(value):
+        return json.dumps(value).encode()
+    return encoded
+
+
+def dumps_text(value: Any) -> str:
+    """``value`` as JSON text (SQLite stores JSON columns as TEXT)."""
+    return dumps_bytes(value).decode()
+
+
+def loads(data: str | bytes) -> Any:
+    """The value of a JSON document."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)  # NaN, integers beyond 64 bits
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a float that is NaN or infinite lies anywhere in ``value`` (orjson wrote it as null)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_non_finite(v) for v in value)
+    return False
