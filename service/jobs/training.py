@@ -19,7 +19,7 @@ from sqlalchemy import update
 from service import metrics
 from service.audit.service import model_chain
 from service.db.base import utcnow
-from service.db.tables import LedgerEntry, Model
+from service.db.tables import Model
 from service.db.uow import UnitOfWork
 from service.graphs.erasure import departed, retrain_graph
 from service.graphs.storage import is_graph, sample_count
@@ -432,18 +432,16 @@ def _ledger(
     deletions: int = 0,
 ) -> None:
     uow.ledger.add(
-        LedgerEntry(
-            model_id=model.id,
-            budget_epoch=model.budget_epoch,
-            kind=kind,
-            version_id=version_id,
-            budget_unit=certificate.budget_unit,
-            budget_cap=certificate.budget_cap,
-            charge=certificate.charge,
-            spent=certificate.budget_spent,
-            deletions=deletions,
-            reason=reason,
-        )
+        model_id=model.id,
+        budget_epoch=model.budget_epoch,
+        kind=kind,
+        version_id=version_id,
+        budget_unit=certificate.budget_unit,
+        budget_cap=certificate.budget_cap,
+        charge=certificate.charge,
+        spent=certificate.budget_spent,
+        deletions=deletions,
+        reason=reason,
     )
 
 

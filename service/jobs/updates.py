@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from service import metrics
 from service.audit.service import model_chain, request_version_events
 from service.db.base import utcnow
-from service.db.tables import DeletionRequest, LedgerEntry, Model, ModelVersion
+from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.db.uow import UnitOfWork
 from service.jobs.completion import finish
 from service.jobs.plans import Batch, RequestPlan, plan_requests
@@ -346,17 +346,15 @@ def _record_update(
         garbage=garbage,
     )
     uow.ledger.add(
-        LedgerEntry(
-            model_id=model.id,
-            budget_epoch=model.budget_epoch,
-            kind="charge",
-            version_id=version.id,
-            budget_unit=cert.budget_unit,
-            budget_cap=cert.budget_cap,
-            charge=cert.charge,
-            spent=cert.budget_spent,
-            deletions=len(forgotten),
-        )
+        model_id=model.id,
+        budget_epoch=model.budget_epoch,
+        kind="charge",
+        version_id=version.id,
+        budget_unit=cert.budget_unit,
+        budget_cap=cert.budget_cap,
+        charge=cert.charge,
+        spent=cert.budget_spent,
+        deletions=len(forgotten),
     )
     record_erasure(rt, uow, model, batch, forgotten, budget_epoch=model.budget_epoch, emptied=emptied)
     created = {

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, insert, select
 from sqlalchemy.orm import Session
 
 from service.db.base import table
 from service.db.tables import LedgerEntry, ModelVersion
+
+_INSERT = insert(table(LedgerEntry))
 
 
 class LedgerRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def add(self, entry: LedgerEntry) -> LedgerEntry:
-        self.session.add(entry)
-        return entry
+    def add(self, **columns: Any) -> None:
+        """Append one entry (column -> value; ``created_at`` defaults to now). One prebuilt INSERT, not
+        an ORM object for the unit of work to flush: every update round charges the ledger. The cap's
+        CHECK constraint (spent <= budget_cap) raises here, before anything reaches Redis."""
+        self.session.execute(_INSERT, columns)
 
     def entries(self, model_id: int) -> list[Row[Any]]:
         """The model's ledger, oldest first: rows with every column of ``ledger_entries`` and the sequence

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -208,6 +209,23 @@ def hf_per_sample_bound(
                 f"position (the in-epoch batch index b(u)) must lie in [0, {batches_per_epoch - 1}], "
                 f"got {position}"
             )
+    return _per_sample_bound(eta, q, G, rho, batch_size, batches_per_epoch, total_steps, position)
+
+
+@lru_cache(maxsize=256)
+def _per_sample_bound(
+    eta: float,
+    q: float,
+    G: float,
+    rho: float,
+    batch_size: int,
+    batches_per_epoch: int,
+    total_steps: int,
+    position: int | None,
+) -> float:
+    """:func:`hf_per_sample_bound` on validated inputs. A pure function of its scalars, kept for the
+    model's next update: every update of a model (and the check of its certificate) asks for the same
+    bound, and the sums over every step cost about half a millisecond each time."""
     if G == 0.0:
         return 0.0
     log_q = math.log(q)
