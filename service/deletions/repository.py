@@ -20,6 +20,13 @@ _requests = table(DeletionRequest).c
 _INSERT_REQUESTS = insert(table(DeletionRequest)).returning(_requests.id, sort_by_parameter_order=True)
 _INSERT_EVENTS = insert(table(RequestEvent))
 _INSERT_SUBJECTS = insert(table(RequestSubject))
+_COUNT_IN_STATES = (
+    select(func.count())
+    .select_from(table(DeletionRequest))
+    .where(
+        _requests.model_id == bindparam("model_id"), _requests.state.in_(bindparam("states", expanding=True))
+    )
+)
 _LOCK_APPLIED = (
     select(_requests.id, _requests.callback_url, _requests.created_at)
     .where(
@@ -132,14 +139,7 @@ class DeletionRepository:
         return list(self.session.scalars(_in_states(lock, limit is not None), params))
 
     def count_in_states(self, model_id: int, states: Sequence[str]) -> int:
-        return int(
-            self.session.scalar(
-                select(func.count())
-                .select_from(DeletionRequest)
-                .where(DeletionRequest.model_id == model_id, DeletionRequest.state.in_(states))
-            )
-            or 0
-        )
+        return int(self.session.scalar(_COUNT_IN_STATES, {"model_id": model_id, "states": list(states)}) or 0)
 
     def list(
         self, *, model_id: int | None, state: str | None, after_id: int | None, limit: int
