@@ -8,7 +8,7 @@ completion) are built at import, on the Core tables (:func:`table`), with their 
 parameters, and executed through the session (which still autoflushes before them). Building an ORM
 statement per call (the query objects, their cache key, the ORM's compile state) cost about as much
 CPU as executing it: 410 microseconds for an ORM UPDATE built per call against 190 for the same UPDATE
-built once on the table (``bench/README.md``, "Statements built once").
+built once on the table (``bench/README.md``, item 24).
 """
 
 from __future__ import annotations

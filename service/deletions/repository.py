@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from service.db.base import table, utcnow
 from service.db.tables import DeletionRequest, RequestEvent, RequestSubject
 
-# The statements of a deletion's hot path, built once on the Core tables (service.db.prepared): building
-# an ORM statement per call costs about as much CPU as executing it.
+# The statements of a deletion's hot path, built once on the Core tables (service.db.base, "Statements
+# built once"): building an ORM statement per call costs about as much CPU as executing it.
 _requests = table(DeletionRequest).c
 _INSERT_REQUESTS = insert(table(DeletionRequest)).returning(_requests.id, sort_by_parameter_order=True)
 _INSERT_EVENTS = insert(table(RequestEvent))
