@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -61,28 +62,26 @@ _INT64_MAGNITUDE = 2.0**63  # orjson's floats for out-of-range integer literals 
 
 def _holds_huge_float(value: Any) -> bool:
     """Whether a float of magnitude at least 2**63 lies in ``value`` (it may have been an integer)."""
-    kind = type(value)
-    if kind is float:
-        return bool(abs(value) >= _INT64_MAGNITUDE)
-    if kind is dict:
-        items = value.values()
-    elif kind is list:
-        items = value
-    else:
-        return False
-    for item in items:
-        kind = type(item)
-        if (kind is float or kind is dict or kind is list) and _holds_huge_float(item):
-            return True
-    return False
+    return _any_float(value, lambda x: abs(x) >= _INT64_MAGNITUDE)
 
 
 def _has_non_finite(value: Any) -> bool:
     """Whether a float that is NaN or infinite lies anywhere in ``value`` (orjson wrote it as null)."""
+    return _any_float(value, lambda x: not math.isfinite(x))
+
+
+def _any_float(value: Any, test: Callable[[float], bool]) -> bool:
+    """Whether ``test`` holds for a float anywhere in ``value`` (dicts' values, lists and tuples). A loop
+    that skips strings first: a manifest is a thousand of them, and this runs on every document read."""
     if isinstance(value, float):
-        return not math.isfinite(value)
+        return test(value)
     if isinstance(value, dict):
-        return any(_has_non_finite(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_has_non_finite(v) for v in value)
+        items: Any = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return False
+    for item in items:
+        if type(item) is not str and _any_float(item, test):
+            return True
     return False
