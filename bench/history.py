@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from bench import stack
 from bench.service import log
-from service.audit.repository import SUBJECTS_ERASED
+from service.db.tables import SUBJECTS_ERASED_EVENT
 
 _CERTIFICATE_BYTES = 1500  # about what a Hessian-free certificate takes as JSON
 
@@ -111,7 +111,7 @@ def _audit_log(session: Session, model_id: int, events: int) -> str:
             "jsonb_build_array(md5((g * 7)::text) || md5((g * 7 + 1)::text))), 'x', 'x' "
             "FROM generate_series(1, 50) g"
         ),
-        {"type": SUBJECTS_ERASED},
+        {"type": SUBJECTS_ERASED_EVENT},
     )
     session.commit()
     return "".join(hashlib.md5(str(n).encode()).hexdigest() for n in (1000, 1001))

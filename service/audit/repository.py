@@ -15,9 +15,6 @@ from service.db.base import table, utcnow
 from service.db.tables import SUBJECTS_ERASED_EVENT, AuditEvent, AuditHead, RequestSubject
 from service.db.upsert import insert_ignore
 
-SUBJECTS_ERASED = SUBJECTS_ERASED_EVENT
-"""The event of a dataset that erased subjects itself; it names them (keyed hashes) in its payload."""
-
 # Every transaction of a deletion appends to its model's chain: the statements are built once, on the
 # Core tables (service.db.base, "Statements built once").
 _heads = table(AuditHead).c
@@ -151,7 +148,8 @@ class AuditRepository:
             # The event type is written into the SQL, not bound, so that the planner can match the
             # partial index ix_audit_events_subjects_erased whatever plan it caches.
             named = and_(
-                AuditEvent.event_type == bindparam("erased_type", SUBJECTS_ERASED, literal_execute=True),
+                AuditEvent.event_type
+                == bindparam("erased_type", SUBJECTS_ERASED_EVENT, literal_execute=True),
                 or_(*(cast(AuditEvent.payload, Text).contains(h) for h in subject_hashes)),
             )
             stmt = stmt.where(or_(AuditEvent.request_id.in_(requests), named))

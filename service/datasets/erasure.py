@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from service.audit.repository import SUBJECTS_ERASED
 from service.audit.service import SYSTEM_CHAIN
-from service.db.tables import Dataset
+from service.db.tables import SUBJECTS_ERASED_EVENT, Dataset
 from service.db.uow import UnitOfWork
 from service.deletions.schemas import DatasetDeletionOut, DeletionIn
 from service.deletions.service import FAN_OUT_STATUSES
@@ -45,7 +44,7 @@ def erase_subjects(rt: Runtime, dataset_id: int, key: str | None, body: Deletion
         )
         uow.audit.append(
             SYSTEM_CHAIN,
-            SUBJECTS_ERASED,
+            SUBJECTS_ERASED_EVENT,
             payload={
                 "dataset_id": dataset_id,
                 "rows": len(forgotten),

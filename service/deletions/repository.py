@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, bindparam, func, insert, select, update
+from sqlalchemy import Select, Update, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from service.db.base import table, utcnow
@@ -66,6 +66,17 @@ def _in_states(lock: bool, limited: bool) -> Select[DeletionRequest]:
     return stmt.limit(bindparam("limit")) if limited else stmt
 
 
+@cache
+def _set_state(columns: tuple[str, ...]) -> Update:
+    """:meth:`DeletionRepository.set_state`'s UPDATE of ``columns``, built once per set of columns
+    (``b_``: an UPDATE reserves the columns' own names for its parameters)."""
+    return (
+        update(table(DeletionRequest))
+        .where(_requests.id.in_(bindparam("ids", expanding=True)))
+        .values(updated_at=bindparam("b_now"), **{c: bindparam(f"b_{c}") for c in columns})
+    )
+
+
 class Completed(NamedTuple):
     """A request just marked completed: what the completion step needs of it."""
 
@@ -96,11 +107,9 @@ class DeletionRepository:
         """One UPDATE for many requests (``state=...``, ``version_id=...``). Loaded request objects are not
         refreshed: callers read the new values back with a query if they need them."""
         if request_ids:
+            params = {f"b_{column}": value for column, value in values.items()}
             self.session.execute(
-                update(table(DeletionRequest))
-                .where(_requests.id.in_(bindparam("ids", expanding=True)))
-                .values(updated_at=utcnow(), **values),
-                {"ids": list(request_ids)},
+                _set_state(tuple(sorted(values))), {**params, "ids": list(request_ids), "b_now": utcnow()}
             )
 
     def lock_applied(self, model_id: int, version_id: int) -> list[Completed]:
