@@ -32,6 +32,13 @@ NAMING_CONVENTION = {
 # JSONB on Postgres (indexable, compact), plain JSON elsewhere (SQLite stores text).
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
+# The bucket manifests (``models.training``, ``models.statistics``, ``datasets.arrays``): plain JSON on
+# every backend (migration 0007). Nothing queries inside them, and every update round reads three of
+# them (about 84 KB each on a thousand owners) and writes three: Postgres parses JSONB on the way in and
+# prints it on the way out, which doubled the server's CPU for a read and rewrite (2.2 ms against 1.1,
+# bench/README.md, item 25); JSON is checked and stored as the text it is.
+ManifestJSON = JSON()
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """A timezone-aware UTC timestamp on every backend.

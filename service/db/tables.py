@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from service.db.base import Base, utcnow
+from service.db.base import Base, ManifestJSON, utcnow
 
 ID_LENGTH = 256  # longest sample or owner id accepted
 HASH_LENGTH = 64  # hex sha256 / hmac-sha256
@@ -55,9 +55,8 @@ class Dataset(Base):
     num_rows: Mapped[int] = mapped_column(Integer)
     num_classes: Mapped[int] = mapped_column(Integer)
     feature_shape: Mapped[list[Any]]
-    arrays: Mapped[
-        dict[str, Any] | None
-    ]  # bucket manifest (service.storage.buckets); None once every row is erased
+    # bucket manifest (service.storage.buckets); None once every row is erased
+    arrays: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON)
     erased_rows: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     kind: Mapped[str] = mapped_column(String(32), default="table", server_default="table")
@@ -107,8 +106,8 @@ class Model(Base):
     # Bucket manifests of the remaining training arrays and of the per-sample statistics. Deferred (loaded
     # on first access, or by ModelRepository.lock): they grow with the number of owners, and submissions,
     # status reads and completions never need them.
-    training: Mapped[dict[str, Any] | None] = mapped_column(deferred=True)
-    statistics: Mapped[dict[str, Any] | None] = mapped_column(deferred=True)
+    training: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON, deferred=True)
+    statistics: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON, deferred=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

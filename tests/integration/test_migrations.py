@@ -96,3 +96,57 @@ def test_0003_gives_existing_datasets_the_kind_their_manifest_names(backend: str
             engine.dispose()
     assert kinds == {"t": "table", "g": "graph_collection", "e": "table"}
     assert deleted == 3
+
+
+_MANIFEST_COLUMNS = {("models", "training"), ("models", "statistics"), ("datasets", "arrays")}
+
+
+def _manifest_columns(conn: sa.Connection) -> dict[tuple[str, str], tuple[str, str]]:
+    """(table, column) -> (type, storage: 'e' external, 'x' extended) of the manifest columns."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attstorage "
+            "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "WHERE c.relname IN ('models', 'datasets') AND a.attname IN ('training', 'statistics', 'arrays')"
+        )
+    ).all()
+    return {(table, column): (type_, storage) for table, column, type_, storage in rows}
+
+
+def test_0007_keeps_the_manifests_as_json_stored_out_of_line() -> None:
+    """The manifests go from JSONB to JSON with their values intact, stay EXTERNAL (not compressed) both
+    ways, and a downgrade gives JSONB back."""
+    manifest = {"num_buckets": 0, "num_rows": 2, "buckets": {"a1": "d" * 64, "b2": "e" * 64}, "dim": 3}
+    with postgres_database(f"lethe_migration_{new_token()}") as url:
+        engine = make_engine(url)
+        try:
+            _upgrade_to(engine, "0006")
+            with engine.begin() as conn:
+                before = _manifest_columns(conn)
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO datasets (name, source, format, num_rows, num_classes, feature_shape, "
+                        "arrays, erased_rows, created_at, kind) VALUES ('t', 'upload', 'csv', 2, 2, '[3]', "
+                        "CAST(:arrays AS jsonb), 0, CURRENT_TIMESTAMP, 'table')"
+                    ),
+                    {"arrays": json.dumps(manifest)},
+                )
+            _upgrade_to(engine, "head")
+            with engine.connect() as conn:
+                after = _manifest_columns(conn)
+                stored = conn.execute(sa.text("SELECT arrays FROM datasets")).scalar()
+            cfg = alembic_config(url)
+            with engine.begin() as conn:
+                cfg.attributes["connection"] = conn
+                command.downgrade(cfg, "0006")
+            with engine.connect() as conn:
+                downgraded = _manifest_columns(conn)
+                restored = conn.execute(sa.text("SELECT arrays FROM datasets")).scalar()
+        finally:
+            engine.dispose()
+    assert set(before) == _MANIFEST_COLUMNS
+    assert set(before.values()) == {("jsonb", "e")}
+    assert set(after.values()) == {("json", "e")}
+    assert set(downgraded.values()) == {("jsonb", "e")}
+    assert stored == manifest
+    assert restored == manifest
