@@ -128,6 +128,18 @@ def _discard_if_deleted(rt: Runtime, model_id: int, release: Release) -> None:
         uow.commit()
 
 
+def _refresh_planner_statistics(rt: Runtime) -> None:
+    """After a (re)training has committed its samples and references, and its requests completed:
+    :meth:`UnitOfWork.refresh_planner_statistics`, so that the deletions that follow are planned from
+    statistics that know those rows. The job's work is done by then: a failure here is logged only."""
+    try:
+        with rt.uow() as uow:
+            uow.refresh_planner_statistics()
+            uow.commit()
+    except Exception:  # autovacuum refreshes them within a minute anyway
+        log.warning("could not refresh the planner's statistics after training", exc_info=True)
+
+
 def _stale(rt: Runtime, model: Model) -> bool:
     """A training whose progress has not moved for ``stale_job_seconds`` is presumed dead."""
     return model.updated_at < utcnow() - timedelta(seconds=rt.settings.stale_job_seconds)
@@ -170,6 +182,7 @@ def train_model(rt: Runtime, model_id: int) -> None:
     metrics.TRAININGS.labels("initial", "ok").inc()
     metrics.TRAINING_SECONDS.labels("initial").observe(time.perf_counter() - started)
     finish(rt, model_id, version_id)
+    _refresh_planner_statistics(rt)
 
 
 def _record_training(rt: Runtime, model_id: int, release: Release, certificate: Certificate) -> int | None:
@@ -300,6 +313,7 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
     metrics.TRAININGS.labels("retrain", "ok").inc()
     metrics.TRAINING_SECONDS.labels("retrain").observe(time.perf_counter() - started)
     finish(rt, model_id, version_id)
+    _refresh_planner_statistics(rt)
 
 
 def _remaining(
