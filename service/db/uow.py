@@ -25,6 +25,7 @@ from service.storage.refs import ArtifactRefRepository
 
 # The tables filled in bulk when a model is registered and trained (see refresh_planner_statistics).
 _BULK_LOADED = ("samples", "artifact_refs")
+_ANALYZE_LOCK_TIMEOUT = "2s"
 
 
 class UnitOfWork:
@@ -81,8 +82,11 @@ class UnitOfWork:
         samples to find 2 (``EXPLAIN ANALYZE``; bench/README.md, item 25). Postgres' own advice after a
         bulk load is to run ``ANALYZE``; it samples a bounded number of rows, so it stays cheap as the
         tables grow. A role that does not own the tables gets a warning from Postgres, not an error.
+        Its lock conflicts with a running VACUUM (which an anti-wraparound one does not give up): past
+        ``lock_timeout`` this raises instead of waiting for it.
         """
         if self.session.get_bind().dialect.name == "postgresql":
+            self.session.execute(text(f"SET LOCAL lock_timeout = '{_ANALYZE_LOCK_TIMEOUT}'"))
             self.session.execute(text(f"ANALYZE {', '.join(_BULK_LOADED)}"))
 
     def commit(self) -> None:

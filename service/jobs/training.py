@@ -128,7 +128,7 @@ def _discard_if_deleted(rt: Runtime, model_id: int, release: Release) -> None:
         uow.commit()
 
 
-def _refresh_planner_statistics(rt: Runtime) -> None:
+def refresh_planner_statistics(rt: Runtime) -> None:
     """After a (re)training has committed its samples and references, and its requests completed:
     :meth:`UnitOfWork.refresh_planner_statistics`, so that the deletions that follow are planned from
     statistics that know those rows. The job's work is done by then: a failure here is logged only."""
@@ -182,7 +182,7 @@ def train_model(rt: Runtime, model_id: int) -> None:
     metrics.TRAININGS.labels("initial", "ok").inc()
     metrics.TRAINING_SECONDS.labels("initial").observe(time.perf_counter() - started)
     finish(rt, model_id, version_id)
-    _refresh_planner_statistics(rt)
+    refresh_planner_statistics(rt)
 
 
 def _record_training(rt: Runtime, model_id: int, release: Release, certificate: Certificate) -> int | None:
@@ -313,7 +313,7 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
     metrics.TRAININGS.labels("retrain", "ok").inc()
     metrics.TRAINING_SECONDS.labels("retrain").observe(time.perf_counter() - started)
     finish(rt, model_id, version_id)
-    _refresh_planner_statistics(rt)
+    refresh_planner_statistics(rt)
 
 
 def _remaining(

@@ -1,5 +1,5 @@
-"""``python -m bench.service`` runs end to end and its last line is the JSON the issue asks for; so does
-``python -m bench.deletion_path``."""
+"""``python -m bench.service`` runs end to end and its last line is the JSON the issue asks for; so do
+``python -m bench.deletion_path``, ``bench.history`` and ``bench.ab``."""
 
 from __future__ import annotations
 
@@ -94,3 +94,22 @@ def test_the_history_bench_times_each_statement_with_and_without_its_index(pg_ur
         ratio = timing["without_index_ms"] / timing["with_index_ms"]
         assert timing["without_over_with"] == pytest.approx(ratio, abs=0.06)
     assert (figures["versions"], figures["events"], figures["repeats"]) == (300, 3003, 2)
+
+
+def test_the_ab_bench_runs_both_trees_and_compares_them(pg_url: str, redis_url: str) -> None:
+    """``python -m bench.ab``: the earlier commit (here the same one) and this checkout each run once; the
+    same code makes the same statements, so their ratio is exactly 1."""
+    figures = _run(
+        "bench.ab", "--base", "HEAD", "--pairs", "1", "--", "--rounds", "6", "--warmup", "2", "--rows", "200"
+    )
+    assert figures["bench"] == "deletion_path" and figures["pairs"] == 1
+    assert len(figures["before"]) == len(figures["after"]) == 1
+    assert figures["base"] == figures["head"]
+    comparison = figures["comparison"]
+    if not figures["dirty"]:  # uncommitted changes would be measured as "after"
+        for phase in ("intake", "round", "completion"):
+            assert comparison[f"phases.{phase}.statements"]["ratio"] == 1.0
+    floor = comparison["floor_ms"]
+    assert floor["ratio"] == pytest.approx(
+        figures["after"][0]["floor_ms"] / figures["before"][0]["floor_ms"], abs=1e-3
+    )

@@ -3,10 +3,13 @@ deletions that follow are planned from them rather than from an empty table."""
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import pytest
 import sqlalchemy as sa
 
-from service.jobs.training import retrain_model, train_model
+from service.jobs.training import refresh_planner_statistics, retrain_model, train_model
 from tests.integration.conftest import Deployment
 
 pytestmark = pytest.mark.integration
@@ -48,3 +51,26 @@ def test_training_and_retraining_refresh_the_statistics_of_what_they_loaded(depl
     retrain_model(deployment.runtime, model_id)
     client.ready(model_id)
     assert _planner_rows(deployment)["samples"] == _ROWS
+
+
+def test_a_vacuum_holding_the_tables_does_not_hold_up_the_job(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ANALYZE waits for a conflicting lock (a VACUUM's) only up to its lock timeout; the job then logs
+    that it could not refresh the statistics and ends, its work done."""
+    done = threading.Event()
+    with deployment.runtime.engine.connect() as vacuum:
+        vacuum.execute(sa.text("LOCK TABLE samples IN SHARE UPDATE EXCLUSIVE MODE"))  # as VACUUM holds it
+
+        def refresh() -> None:
+            refresh_planner_statistics(deployment.runtime)
+            done.set()
+
+        with caplog.at_level(logging.WARNING, logger="service.jobs.training"):
+            worker = threading.Thread(target=refresh, daemon=True)
+            worker.start()
+            finished = done.wait(timeout=60)
+        vacuum.rollback()
+    assert finished, "the statistics refresh waited for the lock instead of giving up"
+    assert "could not refresh the planner's statistics" in caplog.text
+    assert _planner_rows(deployment)["samples"] == -1.0  # nothing analyzed
