@@ -41,10 +41,17 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def resolve(rev: str) -> str | None:
+    """The commit ``rev`` names, or None when it names none."""
+    try:
+        return _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except subprocess.CalledProcessError:
+        return None
+
+
 @contextmanager
-def worktree(rev: str) -> Iterator[Path]:
-    """``rev`` checked out (detached) in a temporary directory, removed afterwards."""
-    commit = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
+def worktree(commit: str) -> Iterator[Path]:
+    """``commit`` checked out (detached) in a temporary directory, removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="lethe-ab-") as parent:
         tree = Path(parent) / "tree"
         _git("worktree", "add", "--detach", "--quiet", str(tree), commit)
@@ -128,11 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.pairs < 1:
         parser.error("--pairs must be at least 1")
+    base = resolve(ns.base)
+    if base is None:
+        parser.error(f"--base {ns.base!r} names no commit of this repository")
     bench_args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     env = {"LETHE_DATA_DIR": str(shared_data_dir())}
     before: list[dict[str, Any]] = []
     after: list[dict[str, Any]] = []
-    with worktree(ns.base) as earlier:
+    with worktree(base) as earlier:
         sides = {"before": (earlier, before), "after": (ROOT, after)}
         for pair in range(ns.pairs):
             order = ("before", "after") if pair % 2 == 0 else ("after", "before")
@@ -147,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "bench": ns.bench,
                 "args": bench_args,
-                "base": _git("rev-parse", ns.base),
+                "base": base,
                 "head": _git("rev-parse", "HEAD"),
                 "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
                 "pairs": ns.pairs,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.ab import compare, numbers
+from bench.ab import compare, main, numbers
 
 
 def test_numbers_are_found_at_any_depth_and_booleans_are_not_numbers() -> None:
@@ -29,3 +29,12 @@ def test_compare_keeps_only_numbers_every_run_has_and_skips_ratios_over_zero() -
     assert set(out) == {"a", "b"}
     assert "ratio" not in out["a"] and out["a"]["after"] == 2.0
     assert out["b"]["ratio"] == pytest.approx(2.0)
+
+
+def test_a_base_that_names_no_commit_is_refused_before_anything_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--base", "no-such-revision-anywhere"])
+    assert exit_.value.code == 2
+    assert "names no commit" in capsys.readouterr().err
