@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.service import log
+from bench.stack import ROOT
 from unlearning.data import shared_data_dir
 
-ROOT = Path(__file__).resolve().parent.parent
 BENCHES = ("deletion_path", "service")
 
 
@@ -114,7 +114,7 @@ def compare(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, An
     return out
 
 
-def table(comparison: Mapping[str, Mapping[str, Any]]) -> str:
+def text_table(comparison: Mapping[str, Mapping[str, Any]]) -> str:
     lines = [f"{'metric':52} {'before':>10} {'after':>10} {'ratio':>7}  range"]
     for key, row in comparison.items():
         ratio = (
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"pair {pair + 1}/{ns.pairs}: bench.{ns.bench} {side}")
                 results.append(run_bench(tree, ns.bench, bench_args, env))
     comparison = compare(before, after)
-    print(table(comparison), file=sys.stderr)
+    print(text_table(comparison), file=sys.stderr)
     print(
         json.dumps(
             {

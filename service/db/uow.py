@@ -60,6 +60,9 @@ class UnitOfWork:
         # them (rollback() would expire them), so the caller can still read what it loaded.
         self.session.close()
 
+    def _on_postgres(self) -> bool:
+        return self.session.get_bind().dialect.name == "postgresql"
+
     def bookkeeping(self) -> UnitOfWork:
         """Let this transaction's commit skip waiting for the WAL flush (Postgres).
 
@@ -67,7 +70,7 @@ class UnitOfWork:
         (a later synchronous commit flushes it anyway), a message marked as published (it is published
         again). Never for data a client is told about.
         """
-        if self.session.get_bind().dialect.name == "postgresql":
+        if self._on_postgres():
             self.session.execute(text("SET LOCAL synchronous_commit = off"))
         return self
 
@@ -85,7 +88,7 @@ class UnitOfWork:
         Its lock conflicts with a running VACUUM (which an anti-wraparound one does not give up): past
         ``lock_timeout`` this raises instead of waiting for it.
         """
-        if self.session.get_bind().dialect.name == "postgresql":
+        if self._on_postgres():
             self.session.execute(text(f"SET LOCAL lock_timeout = '{_ANALYZE_LOCK_TIMEOUT}'"))
             self.session.execute(text(f"ANALYZE {', '.join(_BULK_LOADED)}"))
 
