@@ -81,12 +81,17 @@ def run_bench(tree: Path, bench: str, args: Sequence[str], env: Mapping[str, str
 
 
 def numbers(result: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """The numbers of a (nested) result, keyed by their dotted path; booleans are not numbers here."""
+    """The numbers of a (nested) result, keyed by their dotted path (a list's objects by their index:
+    ``sweep.0.p50_ms``); booleans are not numbers here."""
     out: dict[str, float] = {}
     for key, value in result.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping):
             out.update(numbers(value, f"{path}."))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    out.update(numbers(item, f"{path}.{i}."))
         elif isinstance(value, int | float) and not isinstance(value, bool):
             out[path] = float(value)
     return out

@@ -25,6 +25,12 @@ batch 32, L2 0.5, decay 0.995, clip 5; digest 002 section 8) and measures, over 
   costs on its first requests (SQLAlchemy compiles each statement once per process, the caches load the
   model's state), and the figures above are of the service in steady state.
 
+``--sweep 10,20,50,100`` then measures the offered load again at each of those rates (``--sweep-requests``
+deletions each, 100 by default), after everything above, so that those figures are unchanged: ``sweep``
+lists, per rate, the latency percentiles, the stages, the versions made and the CPU per request. It is
+the service's latency against the load offered to it, from one model in one sitting: where the rounds
+start running back to back and coalescing, and what a request costs below that (bench/README.md).
+
 The last line of stdout is one JSON object with those keys and the settings that produced them.
 ``--quick`` trains R1 for 1 epoch instead of 15 and sends fewer requests; it finishes in under 60 s.
 """
@@ -40,6 +46,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -206,6 +213,56 @@ def latencies(bench: Bench, sent: list[tuple[float, float, int]]) -> tuple[list[
     return completed, [answered * 1000.0 for _, answered, _ in sent]
 
 
+@dataclass
+class Load:
+    """What one open-loop load measured (:func:`measure_load`)."""
+
+    completed: list[float]  # POST to completed, ms
+    answered: list[float]  # POST to its 202, ms
+    stages: dict[str, float]
+    versions: int  # versions (update rounds) that answered the load
+    cpu: dict[str, float]  # CPU ms per request of each process group
+
+    def point(self, rate: float) -> dict[str, Any]:
+        """One entry of the ``sweep`` list."""
+        return {
+            "rate_rps": rate,
+            "requests": len(self.completed),
+            "p50_ms": round(percentile(self.completed, 0.50), 2),
+            "p95_ms": round(percentile(self.completed, 0.95), 2),
+            "p99_ms": round(percentile(self.completed, 0.99), 2),
+            "post_p50_ms": round(percentile(self.answered, 0.50), 2),
+            "stage_p50_ms": self.stages,
+            "versions": self.versions,
+            "cpu_ms_per_request": self.cpu,
+        }
+
+
+def measure_load(
+    bench: Bench, base_url: str, model_id: int, owners: list[str], rate: float, processes: dict[str, int]
+) -> Load:
+    """Forget ``owners`` one per request at ``rate`` requests/s (:func:`offered_load`), wait until the
+    last has completed, and read back what it took."""
+    cpu = stack.cpu_seconds(processes)
+    sent = offered_load(base_url, model_id, owners, rate)
+    wait_newest(bench, [rid for _, _, rid in sent])
+    cpu_load = cpu_per_request(cpu, stack.cpu_seconds(processes), len(owners))
+    completed, answered = latencies(bench, sent)
+    versions = len({bench.version_seq[rid] for _, _, rid in sent if rid in bench.version_seq})
+    return Load(completed, answered, stage_medians(bench, sent), versions, cpu_load)
+
+
+def parse_rates(text: str) -> list[float]:
+    """``--sweep``'s value: comma-separated rates in requests/s, each above zero."""
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected rates in requests/s such as 10,20,50") from None
+    if not rates or any(r <= 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one or more rates above 0, such as 10,20,50")
+    return rates
+
+
 def wait_newest(bench: Bench, ids: list[int]) -> None:
     """Until the newest request has completed, polled slowly. The worker drains oldest first, so by then
     every other one has too; polling each request every 20 ms would put the client's reads on the two
@@ -267,6 +324,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=int, default=20, help="deletions before the measured load, excluded (default 20)"
     )
+    parser.add_argument(
+        "--sweep",
+        type=parse_rates,
+        default=[],
+        metavar="RATES",
+        help="then measure the offered load again at each of these rates, such as 10,20,50,100",
+    )
+    parser.add_argument(
+        "--sweep-requests", type=int, default=100, help="requests at each rate of --sweep (default 100)"
+    )
     args = parser.parse_args(argv)
     epochs = 1 if args.quick else R1["epochs"]
     n_requests = args.requests or (150 if args.quick else 500)
@@ -276,9 +343,13 @@ def main(argv: list[str] | None = None) -> int:
     owners = owner_ids(1000, 0)
     if args.warmup < 1:
         parser.error("--warmup must be at least 1 (its first request gives first_request_ms)")
-    if args.warmup + n_requests + n_burst > R1_BUDGET:
+    n_sweep = len(args.sweep) * args.sweep_requests
+    if args.sweep and args.sweep_requests < 1:
+        parser.error("--sweep-requests must be at least 1")
+    if args.warmup + n_requests + n_burst + n_sweep > R1_BUDGET:
         parser.error(
-            f"--warmup + --requests + --burst must stay within the {R1_BUDGET} deletions R1's policy allows"
+            f"--warmup + --requests + --burst (+ the rates of --sweep times --sweep-requests) must stay "
+            f"within the {R1_BUDGET} deletions R1's policy allows"
         )
 
     with ExitStack() as exit_stack:
@@ -311,13 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         first_request_ms = latencies(bench, warm_sent[:1])[0][0]
         log(f"warm-up done at {time.monotonic() - started:.1f}s (first request {first_request_ms:.0f} ms)")
 
-        cpu = stack.cpu_seconds(processes)
-        sent = offered_load(base, r1, owners[:n_requests], args.rate)
-        wait_newest(bench, [rid for _, _, rid in sent])
-        cpu_load = cpu_per_request(cpu, stack.cpu_seconds(processes), n_requests)
-        completed, answers = latencies(bench, sent)
-        stages = stage_medians(bench, sent)
-        load_versions = len({bench.version_seq[rid] for _, _, rid in sent if rid in bench.version_seq})
+        load = measure_load(bench, base, r1, owners[:n_requests], args.rate, processes)
         log(f"offered load done at {time.monotonic() - started:.1f}s")
         cpu = stack.cpu_seconds(processes)
         burst_start, burst_ids = burst(bench, r1, owners[n_requests : n_requests + n_burst])
@@ -325,22 +390,32 @@ def main(argv: list[str] | None = None) -> int:
         rate = completed_per_second(bench, burst_start, burst_ids)
         log(f"burst done at {time.monotonic() - started:.1f}s")
         retrains = retrain_latencies(bench, twin, owners[-n_retrains:], timeout=1800)
+        sweep = []
+        first = n_requests + n_burst + args.warmup  # R1's owners not forgotten yet
+        for i, rate in enumerate(args.sweep):
+            chunk = owners[first + i * args.sweep_requests : first + (i + 1) * args.sweep_requests]
+            point = measure_load(bench, base, r1, chunk, rate, processes).point(rate)
+            sweep.append(point)
+            log(
+                f"sweep {rate:g}/s: p50 {point['p50_ms']} ms, p99 {point['p99_ms']} ms, "
+                f"{point['versions']} versions for {len(chunk)} requests"
+            )
         versions = bench.http.get(f"/v1/models/{r1}/versions").json()["versions"]
         assert bench.http.get("/v1/audit/verify").json()["ok"], "audit chain broken"
 
     result = {
-        "p50_ms": round(percentile(completed, 0.50), 2),
-        "p95_ms": round(percentile(completed, 0.95), 2),
-        "p99_ms": round(percentile(completed, 0.99), 2),
+        "p50_ms": round(percentile(load.completed, 0.50), 2),
+        "p95_ms": round(percentile(load.completed, 0.95), 2),
+        "p99_ms": round(percentile(load.completed, 0.99), 2),
         "rate_rps": args.rate,
-        "post_p50_ms": round(percentile(answers, 0.50), 2),
-        "post_p99_ms": round(percentile(answers, 0.99), 2),
-        "stage_p50_ms": stages,
+        "post_p50_ms": round(percentile(load.answered, 0.50), 2),
+        "post_p99_ms": round(percentile(load.answered, 0.99), 2),
+        "stage_p50_ms": load.stages,
         "completed_per_s": round(rate, 1),
         "retrain_per_request_p50_ms": round(statistics.median(retrains), 1),
-        "cpu_ms_per_request": {"offered_load": cpu_load, "burst": cpu_burst},
-        "versions_offered_load": load_versions,
-        "cpu_ms_per_version_offered_load": cpu_per_version(cpu_load, n_requests, load_versions),
+        "cpu_ms_per_request": {"offered_load": load.cpu, "burst": cpu_burst},
+        "versions_offered_load": load.versions,
+        "cpu_ms_per_version_offered_load": cpu_per_version(load.cpu, n_requests, load.versions),
         "first_request_ms": round(first_request_ms, 2),
         "warmup": args.warmup,
         "requests": n_requests,
@@ -349,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": len(versions),
         "epochs": epochs,
         "quick": args.quick,
+        "sweep": sweep,
         "seconds": round(time.monotonic() - started, 1),
     }
     print(json.dumps(result))

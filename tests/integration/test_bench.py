@@ -43,7 +43,9 @@ def _run(module: str, *args: str) -> dict[str, Any]:
 def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     """A small run (the fixtures have checked that Postgres and Redis are up)."""
     figures = _run(
-        "bench.service", "--quick", "--requests", "30", "--burst", "40", "--retrains", "1", "--warmup", "5"
+        "bench.service",
+        *("--quick", "--requests", "30", "--burst", "40", "--retrains", "1", "--warmup", "5"),
+        *("--sweep", "20,50", "--sweep-requests", "8"),
     )
     assert KEYS <= set(figures)
     assert figures["rate_rps"] == 100.0 and figures["requests"] == 30 and figures["burst"] == 40
@@ -67,6 +69,14 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     per_version = figures["cpu_ms_per_version_offered_load"]
     per_request = figures["cpu_ms_per_request"]["offered_load"]
     assert per_version["worker"] == pytest.approx(per_request["worker"] * 30 / rounds, abs=0.02)
+    # The sweep: the same measurement at each rate asked for, in that order, after the figures above.
+    sweep = figures["sweep"]
+    assert [(p["rate_rps"], p["requests"]) for p in sweep] == [(20.0, 8), (50.0, 8)]
+    for point in sweep:
+        assert 0 < point["p50_ms"] <= point["p95_ms"] <= point["p99_ms"]
+        assert 1 <= point["versions"] <= 8
+        assert list(point["stage_p50_ms"]) == ["queued", "applying", "applied", "completed"]
+        assert point["cpu_ms_per_request"]["worker"] > 0
 
 
 def test_the_deletion_path_prints_each_phase_and_its_floor(pg_url: str, redis_url: str) -> None:

@@ -12,6 +12,16 @@ def test_numbers_are_found_at_any_depth_and_booleans_are_not_numbers() -> None:
     assert numbers(result) == {"p50_ms": 80.0, "phases.round.cpu_ms": 17.5, "seconds": 2.0}
 
 
+def test_the_objects_of_a_list_are_numbered_by_their_index() -> None:
+    result = {"sweep": [{"rate_rps": 10, "p50_ms": 31.5}, {"rate_rps": 100, "p50_ms": 55.0}], "ids": [1, 2]}
+    assert numbers(result) == {
+        "sweep.0.rate_rps": 10.0,
+        "sweep.0.p50_ms": 31.5,
+        "sweep.1.rate_rps": 100.0,
+        "sweep.1.p50_ms": 55.0,
+    }
+
+
 def test_compare_gives_medians_and_the_pairs_ratios() -> None:
     before = [{"t": 10.0, "rate": 100.0}, {"t": 20.0, "rate": 100.0}, {"t": 30.0, "rate": 200.0}]
     after = [{"t": 5.0, "rate": 150.0}, {"t": 15.0, "rate": 100.0}, {"t": 30.0, "rate": 100.0}]
