@@ -11,7 +11,8 @@ batch 32, L2 0.5, decay 0.995, clip 5; digest 002 section 8) and measures, over 
 - ``post_p50_ms``/``post_p99_ms``: POST to its 202 answer, for the same requests (the part of the latency
   the API owns; the rest is the update and its completion);
 - ``completed_per_s``: a burst of deletions submitted at once (bulk submissions), divided by the time
-  from the first send to the last completion; the worker coalesces them into few versions;
+  from the first send to the last completion (``burst_seconds``); the worker coalesces them into few
+  versions;
 - ``retrain_per_request_p50_ms``: the same kind of request answered by retraining, on a twin model
   whose budget policy admits no update (every request waits for a retrain), one request at a time;
 - ``cpu_ms_per_request``: CPU milliseconds per request of the API, the worker, Postgres, Redis and the
@@ -252,6 +253,28 @@ def measure_load(
     return Load(completed, answered, stage_medians(bench, sent), versions, cpu_load)
 
 
+def sweep_loads(
+    bench: Bench,
+    base_url: str,
+    model_id: int,
+    owners: list[str],
+    rates: list[float],
+    requests: int,
+    processes: dict[str, int],
+) -> list[dict[str, Any]]:
+    """``--sweep``: :func:`measure_load` at each rate in turn, ``requests`` of ``owners`` each."""
+    points = []
+    for i, rate in enumerate(rates):
+        chunk = owners[i * requests : (i + 1) * requests]
+        point = measure_load(bench, base_url, model_id, chunk, rate, processes).point(rate)
+        points.append(point)
+        log(
+            f"sweep {rate:g}/s: p50 {point['p50_ms']} ms, p99 {point['p99_ms']} ms, "
+            f"{point['versions']} versions for {len(chunk)} requests"
+        )
+    return points
+
+
 def parse_rates(text: str) -> list[float]:
     """``--sweep``'s value: comma-separated rates in requests/s, each above zero."""
     try:
@@ -298,10 +321,10 @@ def burst(bench: Bench, model_id: int, owners: list[str], chunk: int = 100) -> t
     return start, ids
 
 
-def completed_per_second(bench: Bench, start: float, ids: list[int]) -> float:
-    """Deletions of a :func:`burst` per second, from its start to the last server ``completed_at``."""
+def burst_seconds(bench: Bench, start: float, ids: list[int]) -> float:
+    """A :func:`burst`'s span: from its start to the last server ``completed_at`` of its deletions."""
     last = max(bench.completed_at(rid, 120, poll=0.1) for rid in ids)
-    return len(ids) / max(last - start, 1e-6)
+    return max(last - start, 1e-6)
 
 
 def retrain_latencies(bench: Bench, model_id: int, owners: list[str], timeout: float) -> list[float]:
@@ -387,19 +410,11 @@ def main(argv: list[str] | None = None) -> int:
         cpu = stack.cpu_seconds(processes)
         burst_start, burst_ids = burst(bench, r1, owners[n_requests : n_requests + n_burst])
         cpu_burst = cpu_per_request(cpu, stack.cpu_seconds(processes), n_burst)
-        rate = completed_per_second(bench, burst_start, burst_ids)
+        burst_span = burst_seconds(bench, burst_start, burst_ids)
         log(f"burst done at {time.monotonic() - started:.1f}s")
         retrains = retrain_latencies(bench, twin, owners[-n_retrains:], timeout=1800)
-        sweep = []
-        first = n_requests + n_burst + args.warmup  # R1's owners not forgotten yet
-        for i, rate in enumerate(args.sweep):
-            chunk = owners[first + i * args.sweep_requests : first + (i + 1) * args.sweep_requests]
-            point = measure_load(bench, base, r1, chunk, rate, processes).point(rate)
-            sweep.append(point)
-            log(
-                f"sweep {rate:g}/s: p50 {point['p50_ms']} ms, p99 {point['p99_ms']} ms, "
-                f"{point['versions']} versions for {len(chunk)} requests"
-            )
+        fresh = owners[n_requests + n_burst + args.warmup :]  # R1's owners not forgotten yet
+        sweep = sweep_loads(bench, base, r1, fresh, args.sweep, args.sweep_requests, processes)
         versions = bench.http.get(f"/v1/models/{r1}/versions").json()["versions"]
         assert bench.http.get("/v1/audit/verify").json()["ok"], "audit chain broken"
 
@@ -411,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         "post_p50_ms": round(percentile(load.answered, 0.50), 2),
         "post_p99_ms": round(percentile(load.answered, 0.99), 2),
         "stage_p50_ms": load.stages,
-        "completed_per_s": round(rate, 1),
+        "completed_per_s": round(n_burst / burst_span, 1),
+        "burst_seconds": round(burst_span, 4),
         "retrain_per_request_p50_ms": round(statistics.median(retrains), 1),
         "cpu_ms_per_request": {"offered_load": load.cpu, "burst": cpu_burst},
         "versions_offered_load": load.versions,

@@ -52,6 +52,8 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     assert figures["warmup"] == 5 and figures["first_request_ms"] > 0
     assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"]
     assert figures["completed_per_s"] > 0 and figures["retrain_per_request_p50_ms"] > 0
+    # The burst's rate is its deletions over its span (and nothing measured after it, such as the sweep).
+    assert figures["completed_per_s"] == pytest.approx(40 / figures["burst_seconds"], rel=0.01)
     # Where the time went, from the requests' own histories: each stage after the one before.
     stages = figures["stage_p50_ms"]
     assert list(stages) == ["queued", "applying", "applied", "completed"]
