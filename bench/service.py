@@ -56,7 +56,7 @@ import httpx
 from bench import stack
 from bench.loadgen import KeepAliveClient
 
-R1_BUDGET = 950  # deletions R1's policy admits: warm-up, offered load and burst all stay within it
+R1_BUDGET = 950  # deletions R1's policy admits: warm-up, offered load, burst and --sweep all stay within it
 WARMUP_RATE = 50.0
 R1 = {
     "epochs": 15,
