@@ -139,7 +139,7 @@ def enter_fresh_deployment(exit_stack: ExitStack, kind: str) -> Deployment | Non
         return None
 
 
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+def stop(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -175,7 +175,7 @@ def celery_worker(
             time.sleep(0.2)
         yield proc
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def free_port() -> int:
@@ -216,7 +216,7 @@ def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, subproces
             time.sleep(0.2)
         yield base, proc
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 # -- CPU accounting ------------------------------------------------------------------------------

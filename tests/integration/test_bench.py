@@ -3,17 +3,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
 import pytest
+
+from tests.integration.benchrun import run_bench
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 KEYS = {
     "p50_ms",
     "p95_ms",
@@ -26,23 +21,9 @@ KEYS = {
 }
 
 
-def _run(module: str, *args: str) -> dict[str, Any]:
-    """``python -m module args``, which must succeed; its last line of output, as JSON."""
-    result = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
-
-
 def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     """A small run (the fixtures have checked that Postgres and Redis are up)."""
-    figures = _run(
+    figures = run_bench(
         "bench.service",
         *("--quick", "--requests", "30", "--burst", "40", "--retrains", "1", "--warmup", "5"),
         *("--sweep", "20,50", "--sweep-requests", "8"),
@@ -83,7 +64,7 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
 
 def test_the_deletion_path_prints_each_phase_and_its_floor(pg_url: str, redis_url: str) -> None:
     """``python -m bench.deletion_path``: every phase measured, and the floor is what its phases add to."""
-    figures = _run("bench.deletion_path", "--rounds", "8", "--warmup", "2", "--rows", "200")
+    figures = run_bench("bench.deletion_path", "--rounds", "8", "--warmup", "2", "--rows", "200")
     phases = figures["phases"]
     assert list(phases) == ["intake", "round", "completion"]
     for name, phase in phases.items():
@@ -97,7 +78,7 @@ def test_the_deletion_path_prints_each_phase_and_its_floor(pg_url: str, redis_ur
 def test_the_history_bench_times_each_statement_with_and_without_its_index(pg_url: str) -> None:
     """``python -m bench.history``: the purge at both history lengths and the subject query, both ways,
     and the ratio of the two."""
-    figures = _run("bench.history", "--versions", "300", "--events", "3003", "--repeats", "2")
+    figures = run_bench("bench.history", "--versions", "300", "--events", "3003", "--repeats", "2")
     cases = ["purge_history_1", "purge_history_300", "subject_query_3003_events"]
     assert list(figures)[:3] == cases
     for case in cases:
@@ -111,7 +92,7 @@ def test_the_history_bench_times_each_statement_with_and_without_its_index(pg_ur
 def test_the_ab_bench_runs_both_trees_and_compares_them(pg_url: str, redis_url: str) -> None:
     """``python -m bench.ab``: the earlier commit (here the same one) and this checkout each run once; the
     same code makes the same statements, so their ratio is exactly 1."""
-    figures = _run(
+    figures = run_bench(
         "bench.ab", "--base", "HEAD", "--pairs", "1", "--", "--rounds", "6", "--warmup", "2", "--rows", "200"
     )
     assert figures["bench"] == "deletion_path" and figures["pairs"] == 1
