@@ -9,7 +9,7 @@ fsynced content-addressed blobs, all sharing the machine's cores with the same o
 What each deletion does, as in the service (bench/README.md, "A skeleton of the deletion path", lists
 what it leaves out):
 
-- intake (the API): find the owner's samples; lock the model's audit chain head and take a request id;
+- intake (the API): find the owner's samples; lock the model's requests chain head and take a request id;
   one statement inserts the request (``ON CONFLICT`` on its Idempotency-Key), its ``received`` and
   ``queued`` history and its audit event, and moves the chain head; commit; claim the model's pending
   job in Redis and, if this request took it, send the update task; answer 202;
@@ -43,7 +43,10 @@ ENV_BLOBS = "SKELETON_BLOBS"  # directory of the content-addressed blobs
 ENV_PREFIX = "SKELETON_PREFIX"  # Redis key prefix and Celery queue name
 ENV_VARIANTS = "SKELETON_VARIANTS"  # comma-separated names of VARIANTS to turn on
 MODEL_ID = 1
-CHAIN = f"model:{MODEL_ID}"
+CHAIN = f"model:{MODEL_ID}"  # the model's lifecycle: versions, deletions applied and completed
+# What clients did, as the service keeps it (service.audit.service.requests_chain): a chain of its own,
+# so that the intake and the worker never wait for each other's lock on one chain head.
+REQUESTS_CHAIN = f"model:{MODEL_ID}:requests"
 SUBJECT_KEY = b"skeleton subject hash key"
 COLLECTION_LOCK = 7_000_001  # the advisory lock garbage collection takes, as in service.storage.refs
 

@@ -22,10 +22,10 @@ from fastapi import FastAPI, Header, HTTPException, Request
 from pydantic import BaseModel, Field
 
 from bench.skeleton import (
-    CHAIN,
     ENV_DSN,
     ENV_PREFIX,
     ENV_REDIS,
+    REQUESTS_CHAIN,
     chain_events,
     fused,
     setting,
@@ -95,7 +95,7 @@ class Intake:
                 found = await (await conn.execute(OWNER_SAMPLES, (model_id, owners))).fetchone()
                 if not found or not found[0]:
                     return 404, {"detail": "no samples of these owners"}
-                head = await (await conn.execute(HEAD, (CHAIN,))).fetchone()
+                head = await (await conn.execute(HEAD, (REQUESTS_CHAIN,))).fetchone()
                 assert head is not None
                 request_id = int(head[2])
                 event = {
@@ -110,7 +110,7 @@ class Intake:
                     "key": key,
                     "body_hash": body_hash,
                     "owners": owners,
-                    "chain": CHAIN,
+                    "chain": REQUESTS_CHAIN,
                     "seq": seqs[0],
                     "body": bodies[0].decode(),
                     "hash": hashes[0],

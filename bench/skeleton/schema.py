@@ -11,7 +11,7 @@ import psycopg
 import redis
 from safetensors.numpy import save
 
-from bench.skeleton import CHAIN, MODEL_ID, put_blob
+from bench.skeleton import CHAIN, MODEL_ID, REQUESTS_CHAIN, put_blob
 
 FEATURES, CLASSES = 784, 10
 
@@ -86,6 +86,7 @@ def create(
             "INSERT INTO models VALUES (%s, 0, NULL, %s, %s)",
             (MODEL_ID, digest, orjson.dumps(by_owner).decode() if manifest else None),
         )
-        conn.execute("INSERT INTO chain_heads VALUES (%s, 0, %s)", (CHAIN, b"\0" * 32))
+        for chain in (CHAIN, REQUESTS_CHAIN):
+            conn.execute("INSERT INTO chain_heads VALUES (%s, 0, %s)", (chain, b"\0" * 32))
         conn.commit()
         conn.execute("ANALYZE")

@@ -52,8 +52,8 @@ EPSILON_PER_DELETION = 0.01
 LOCK = """
 SELECT seq, version_id, weights, nextval('versions_id_seq'), {manifest} FROM models WHERE id = %(model)s FOR UPDATE
 """
-# Taken last, just before the writes, as the service does: every submission's intake appends to the
-# same chain, so a round that held it throughout would hold every intake up.
+# Taken last, just before the writes, as the service does: the completion of the previous version
+# appends to the same chain, and a round that held it throughout would hold that completion up.
 HEAD = "SELECT seq, hash FROM chain_heads WHERE chain = %(chain)s FOR UPDATE"
 QUEUED = """
 SELECT r.id, r.owner_ids,
