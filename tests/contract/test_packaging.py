@@ -6,7 +6,6 @@ import importlib
 import importlib.util
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from service.settings import Settings
+from tests.processes import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -92,12 +92,5 @@ sys.exit(f"CUDA touched before the fork: {calls}" if calls or torch.cuda.is_init
 
 def test_worker_import_does_not_touch_cuda() -> None:
     """Celery forks its pool after importing the app: nothing may initialise, or even probe, CUDA by then."""
-    result = subprocess.run(
-        [sys.executable, "-c", _NO_CUDA_PROBE],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_python("-c", _NO_CUDA_PROBE, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

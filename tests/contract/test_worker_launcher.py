@@ -4,15 +4,12 @@ without touching CUDA. The processes themselves are started in tests/integration
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.processes import run_python
 from workers.launcher import plan, visible_gpus
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def queues(argv: list[str]) -> list[str]:
@@ -82,14 +79,11 @@ sys.exit("torch was imported" if "torch" in sys.modules else 0)
 
 def test_the_dry_run_prints_the_plan_and_never_imports_torch() -> None:
     """The launcher only decides and forks: torch (and CUDA) stay for the workers' first job."""
-    result = subprocess.run(
-        [sys.executable, "-c", _DRY_RUN_WITHOUT_TORCH],
-        cwd=ROOT,
-        env={"LETHE_GPUS": "0", "LETHE_CELERY_QUEUE": "x", "PATH": ""},
-        capture_output=True,
-        text=True,
+    result = run_python(
+        "-c",
+        _DRY_RUN_WITHOUT_TORCH,
         timeout=60,
-        check=False,
+        env={"LETHE_GPUS": "0", "LETHE_CELERY_QUEUE": "x", "PATH": ""},
     )
     assert result.returncode == 0, result.stderr[-2000:]
     names = [p["name"] for p in json.loads(result.stdout)]
@@ -106,15 +100,7 @@ def test_the_dry_run_prints_the_plan_and_never_imports_torch() -> None:
 def test_the_launcher_refuses_a_setup_without_a_broker_with_a_message(
     environ: dict[str, str], message: str
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "workers"],
-        cwd=ROOT,
-        env={"PATH": "", **environ},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_python("-m", "workers", timeout=60, env={"PATH": "", **environ})
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import run_python
 
 
 def run_bench(module: str, *args: str) -> dict[str, Any]:
     """``python -m module args``, which must succeed; its last line of output, as JSON."""
-    result = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_python("-m", module, *args, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
