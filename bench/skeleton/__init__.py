@@ -61,13 +61,18 @@ VARIANTS = {
 }
 
 
-def variants() -> frozenset[str]:
-    """The variants this process runs with (:data:`VARIANTS`)."""
-    named = frozenset(v for v in os.environ.get(ENV_VARIANTS, "").split(",") if v)
+def parse_variants(text: str) -> frozenset[str]:
+    """Comma-separated variant names; ValueError, naming the known ones, for any other."""
+    named = frozenset(v for v in text.split(",") if v)
     unknown = named - set(VARIANTS)
     if unknown:
-        raise RuntimeError(f"unknown skeleton variants {sorted(unknown)}; known: {sorted(VARIANTS)}")
+        raise ValueError(f"unknown skeleton variants {sorted(unknown)}; known: {sorted(VARIANTS)}")
     return named
+
+
+def variants() -> frozenset[str]:
+    """The variants this process runs with (:data:`VARIANTS`, from its environment)."""
+    return parse_variants(os.environ.get(ENV_VARIANTS, ""))
 
 
 def fused(parts: list[str], tail: str = "SELECT 1") -> str:

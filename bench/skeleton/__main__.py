@@ -50,6 +50,7 @@ from bench.skeleton import (
     MODEL_ID,
     VARIANTS,
     blob_path,
+    parse_variants,
 )
 from bench.skeleton.schema import create, owner_ids, vector_key
 from workers.launcher import celery_program
@@ -249,26 +250,24 @@ def with_ratios(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def parse_variants(text: str) -> frozenset[str]:
-    chosen = frozenset(v for v in text.split(",") if v)
-    if chosen - set(VARIANTS):
-        raise argparse.ArgumentTypeError(
-            f"unknown variants {sorted(chosen - set(VARIANTS))}; known: {sorted(VARIANTS)}"
-        )
-    return chosen
+def variants_argument(text: str) -> frozenset[str]:
+    try:
+        return parse_variants(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.skeleton", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=100.0, help="offered load in requests/s (default 100)")
     parser.add_argument("--requests", type=int, default=500, help="requests per measured load (default 500)")
     parser.add_argument("--loads", type=int, default=1, help="measured loads per configuration (default 1)")
     parser.add_argument(
         "--with",
         dest="variants",
-        type=parse_variants,
+        type=variants_argument,
         default=frozenset(),
-        help=f"variants to turn on, comma-separated: {', '.join(VARIANTS)}",
+        help="variants to turn on, comma-separated: " + "; ".join(f"{k}: {v}" for k, v in VARIANTS.items()),
     )
     parser.add_argument(
         "--ladder", action="store_true", help="bare, each variant, each pair, all, bare again"

@@ -22,6 +22,8 @@ import psycopg
 import redis
 from celery import Celery
 from safetensors.numpy import load, save
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
 
 from bench.skeleton import (
     CHAIN,
@@ -129,16 +131,11 @@ class Sqlalchemy:
     """The same statements as ``text()`` on a SQLAlchemy Session, as the service executes its own."""
 
     def __init__(self) -> None:
-        from sqlalchemy import create_engine
-        from sqlalchemy.orm import Session
-
         dsn = setting(ENV_DSN).replace("postgresql://", "postgresql+psycopg://")
         self.session = Session(create_engine(dsn, pool_size=2))
         self._texts: dict[str, Any] = {}
 
     def _text(self, sql: str) -> Any:
-        from sqlalchemy import text
-
         if sql not in self._texts:  # built once, as the service's statements are (bench/README.md, item 24)
             self._texts[sql] = text(_NAMED.sub(r":\1", sql))
         return self._texts[sql]

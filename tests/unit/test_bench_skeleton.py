@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 
 import orjson
+import pytest
 
-from bench.skeleton import chain_events, chain_link, drop_from_manifest, fused
+from bench.skeleton import VARIANTS, chain_events, chain_link, drop_from_manifest, fused, parse_variants
 
 
 def test_fused_statement_names_each_part_once() -> None:
@@ -31,3 +32,26 @@ def test_dropping_owners_from_a_manifest_returns_their_blobs() -> None:
     rest, garbage = drop_from_manifest(orjson.dumps(manifest).decode(), ["ann", "cy", "nobody"])
     assert orjson.loads(rest) == {"bob": ["b1", "b2"]}
     assert garbage == ["a1", "a2", "c1", "c2"]
+
+
+def test_variants_are_named_from_the_known_ones() -> None:
+    assert parse_variants("") == frozenset()
+    assert parse_variants("split,manifest,") == {"split", "manifest"}
+    with pytest.raises(ValueError, match=r"unknown skeleton variants \['orm'\]; known: \['fastapi'"):
+        parse_variants("split,orm")
+
+
+def test_the_ladder_starts_and_ends_bare_and_rates_against_both_bare_runs() -> None:
+    from bench.skeleton.__main__ import ladder_configs, with_ratios
+
+    configs = ladder_configs()
+    assert configs[0] == configs[-1] == frozenset()
+    assert len(configs) == 2 + 4 + 6 + 1 and configs[-2] == frozenset(VARIANTS)
+    runs = [
+        {"variants": [], "p50_ms": 8.0, "cpu_ms_per_request": 7.0},
+        {"variants": ["split"], "p50_ms": 18.0, "cpu_ms_per_request": 12.0},
+        {"variants": [], "p50_ms": 10.0, "cpu_ms_per_request": 9.0},
+    ]
+    rated = with_ratios(runs)
+    assert [r["p50_ratio"] for r in rated] == [0.889, 2.0, 1.111]
+    assert [r["cpu_ratio"] for r in rated] == [0.875, 1.5, 1.125]
