@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,18 +150,14 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
 
 
 @contextmanager
-def celery_worker(
-    env: dict[str, str], log: Path, *, pool: str = "threads", concurrency: int = 4, name: str = "lethe"
+def started(
+    what: str, argv: list[str], env: dict[str, str], log: Path, ready: Callable[[], bool]
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``celery -A workers.celery_app worker`` with ``env``; waits until it is ready."""
+    """``argv`` from the repository root with ``env`` over this environment, its output to ``log``;
+    yielded once ``ready()`` (RuntimeError with the log's tail if it exits or is not ready within 90 s,
+    saying ``what`` did not start); stopped at the end."""
     proc = subprocess.Popen(
-        worker_argv(
-            name,
-            pool=pool,
-            concurrency=concurrency,
-            celery=celery_program(),
-            extra=("--without-gossip", "--without-mingle", "--without-heartbeat"),
-        ),
+        argv,
         cwd=ROOT,
         env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
         stdout=log.open("wb"),
@@ -169,13 +165,46 @@ def celery_worker(
     )
     try:
         deadline = time.monotonic() + 90
-        while b" ready." not in log.read_bytes():
+        while not ready():
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Celery worker did not start:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(f"{what} did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
         yield proc
     finally:
         stop(proc)
+
+
+def celery_ready(log: Path) -> Callable[[], bool]:
+    """Whether the Celery worker writing ``log`` has said it is ready."""
+    return lambda: b" ready." in log.read_bytes()
+
+
+def answers(url: str) -> Callable[[], bool]:
+    """Whether ``url`` answers 200 now."""
+
+    def check() -> bool:
+        try:
+            return httpx.get(url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return check
+
+
+@contextmanager
+def celery_worker(
+    env: dict[str, str], log: Path, *, pool: str = "threads", concurrency: int = 4, name: str = "lethe"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``celery -A workers.celery_app worker`` with ``env``; waits until it is ready."""
+    argv = worker_argv(
+        name,
+        pool=pool,
+        concurrency=concurrency,
+        celery=celery_program(),
+        extra=("--without-gossip", "--without-mingle", "--without-heartbeat"),
+    )
+    with started("the Celery worker", argv, env, log, celery_ready(log)) as proc:
+        yield proc
 
 
 def free_port() -> int:
@@ -189,34 +218,10 @@ def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, subproces
     """``python -m service`` with ``env`` on a free port; yields its base URL and the process (to account
     for its CPU time) once /readyz answers 200."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "service"],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            **env,
-            "LETHE_PORT": str(port),
-            "LETHE_LOG_LEVEL": "warning",
-            "PYTHONUNBUFFERED": "1",
-        },
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the API did not start:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+    env = {**env, "LETHE_PORT": str(port), "LETHE_LOG_LEVEL": "warning"}
+    with started("the API", [sys.executable, "-m", "service"], env, log, answers(f"{base}/readyz")) as proc:
         yield base, proc
-    finally:
-        stop(proc)
 
 
 # -- CPU accounting ------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 transactions is written as the fewest plain SQL statements that still do its durable work, with no ORM,
 no framework and no validation beyond what the path needs, on the same stack as ``bench.service``: an
 ASGI app on uvicorn, a Celery worker (threads) with Redis as broker, Postgres, Redis and a directory of
-fsynced content-addressed blobs, all sharing the machine's cores with the same open-loop load generator.
+content-addressed blobs in the service's own artifact store (fsynced), all sharing the machine's cores with the same open-loop load generator.
 
 What each deletion does, as in the service (bench/README.md, "A skeleton of the deletion path", lists
 what it leaves out):
@@ -29,13 +29,14 @@ can be reproduced.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+
+from service.audit.chain import canonical_time, event_hash
+from service.subjects import SubjectHasher
 
 ENV_DSN = "SKELETON_DSN"  # psycopg conninfo of the skeleton's database
 ENV_REDIS = "SKELETON_REDIS"  # redis:// URL: the broker and the hot store
@@ -47,7 +48,7 @@ CHAIN = f"model:{MODEL_ID}"  # the model's lifecycle: versions, deletions applie
 # What clients did, as the service keeps it (service.audit.service.requests_chain): a chain of its own,
 # so that the intake and the worker never wait for each other's lock on one chain head.
 REQUESTS_CHAIN = f"model:{MODEL_ID}:requests"
-SUBJECT_KEY = b"skeleton subject hash key"
+SUBJECTS = SubjectHasher(b"skeleton subject hash key")
 COLLECTION_LOCK = 7_000_001  # the advisory lock garbage collection takes, as in service.storage.refs
 
 
@@ -88,26 +89,35 @@ def setting(name: str) -> str:
     return value
 
 
-def subject_hash(owner_id: str) -> str:
-    """The keyed hash the audit log stores instead of an owner id."""
-    return hmac.new(SUBJECT_KEY, owner_id.encode(), hashlib.sha256).hexdigest()
-
-
-def chain_link(previous: bytes, event: dict[str, Any]) -> bytes:
-    """The audit chain's next hash: ``sha256(previous || canonical JSON of the event)``."""
-    return hashlib.sha256(previous + orjson.dumps(event, option=orjson.OPT_SORT_KEYS)).digest()
+def owner_hashes(owners: list[str]) -> list[str]:
+    """The keyed hashes the audit log stores instead of owner ids (the service's :class:`SubjectHasher`)."""
+    return [SUBJECTS.owner(o) for o in owners]
 
 
 def chain_events(
-    previous_seq: int, previous_hash: bytes, events: list[dict[str, Any]]
-) -> tuple[list[int], list[bytes], list[bytes]]:
-    """Sequence numbers, JSON bodies and hashes of ``events`` appended after the chain head."""
+    chain: str, previous_seq: int, previous_hash: str, events: list[dict[str, Any]]
+) -> tuple[list[int], list[str], list[str]]:
+    """Sequence numbers, JSON bodies and hashes of ``events`` (``type``, ``request_id``, ``version_id``,
+    ``payload``) appended after the chain head, hashed as the service hashes its audit events
+    (:func:`service.audit.chain.event_hash`)."""
+    at = datetime.now(UTC)
     seqs, bodies, hashes = [], [], []
     link = previous_hash
     for offset, event in enumerate(events, start=1):
-        link = chain_link(link, event)
-        seqs.append(previous_seq + offset)
-        bodies.append(orjson.dumps(event))
+        seq = previous_seq + offset
+        link = event_hash(
+            link,
+            chain=chain,
+            chain_seq=seq,
+            at=at,
+            event_type=event["type"],
+            model_id=MODEL_ID,
+            request_id=event["request_id"],
+            version_id=event.get("version_id"),
+            payload=event["payload"],
+        )
+        seqs.append(seq)
+        bodies.append(orjson.dumps({**event, "at": canonical_time(at)}).decode())
         hashes.append(link)
     return seqs, bodies, hashes
 
@@ -117,29 +127,3 @@ def drop_from_manifest(manifest: Any, owners: list[str]) -> tuple[str, list[str]
     buckets = manifest if isinstance(manifest, dict) else orjson.loads(manifest)
     garbage = [blob for owner in owners for blob in buckets.pop(owner, [])]
     return orjson.dumps(buckets).decode(), garbage
-
-
-def blob_path(root: Path, digest: str) -> Path:
-    return root / digest[:2] / digest
-
-
-def put_blob(root: Path, data: bytes) -> str:
-    """Store ``data`` under its sha256 as the service's artifact store does: a temporary file, fsync,
-    rename, fsync of the directory."""
-    digest = hashlib.sha256(data).hexdigest()
-    path = blob_path(root, digest)
-    if path.exists():
-        return digest
-    path.parent.mkdir(exist_ok=True)
-    tmp = path.with_name(f"{digest}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-    return digest

@@ -24,23 +24,19 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import redis
 
 from bench import stack
-from bench.service import log, offered_load, percentile
+from bench.service import cpu_per_request, log, offered_load, percentile
 from bench.skeleton import (
     ENV_BLOBS,
     ENV_DSN,
@@ -49,44 +45,14 @@ from bench.skeleton import (
     ENV_VARIANTS,
     MODEL_ID,
     VARIANTS,
-    blob_path,
     parse_variants,
 )
 from bench.skeleton.schema import create, owner_ids, vector_key
+from service.storage.artifacts import LocalArtifactStore
 from workers.launcher import celery_program
 
 TARGET_P50_MS = 20.0
 WARMUP, WARMUP_RATE = 20, 50.0
-
-
-@contextmanager
-def process(
-    argv: list[str], env: dict[str, str], log_path: Path, ready: Callable[[], bool]
-) -> Iterator[subprocess.Popen[bytes]]:
-    """``argv`` with ``env`` (output to ``log_path``) once ``ready()``; stopped at the end."""
-    proc = subprocess.Popen(
-        argv,
-        cwd=stack.ROOT,
-        env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not ready():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{argv[:3]} did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield proc
-    finally:
-        stack.stop(proc)
-
-
-def answers(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def wait_completed(dsn: str, ids: list[int], timeout: float = 120) -> None:
@@ -133,7 +99,7 @@ def measure(dsn: str, base: str, owners: list[str], rate: float, processes: dict
             for state in ("queued", "applying", "applied", "completed")
         },
         "versions": versions[0] if versions else None,
-        "cpu_ms_per_request": {k: round((after[k] - cpu[k]) * 1000.0 / len(sent), 2) for k in cpu},
+        "cpu_ms_per_request": cpu_per_request(cpu, after, len(sent)),
         "p50_over_target": round(p50 / TARGET_P50_MS, 3),
     }
 
@@ -153,7 +119,7 @@ def leftovers(dsn: str, redis_url: str, prefix: str, blobs: Path, owners: list[s
         "bucket_rows": rows[0] if rows else -1,
         "manifest_entries": len(named),
         "vectors": int(hot.exists(*(vector_key(prefix, o) for o in owners))),
-        "garbage_blobs": sum(blob_path(blobs, digest).exists() for (digest,) in garbage),
+        "garbage_blobs": sum(LocalArtifactStore(blobs).exists(digest) for (digest,) in garbage),
     }
 
 
@@ -187,20 +153,22 @@ def run_config(chosen: frozenset[str], rate: float, requests: int, loads: int) -
         port = stack.free_port()
         base = f"http://127.0.0.1:{port}"
         api = exits.enter_context(
-            process(
+            stack.started(
+                "the skeleton's API",
                 [sys.executable, "-m", "bench.skeleton.api"],
                 {**env, "SKELETON_PORT": str(port)},
                 var / "api.log",
-                lambda: answers(base),
+                stack.answers(f"{base}/healthz"),
             )
         )
         worker_log = var / "worker.log"
         worker = exits.enter_context(
-            process(
+            stack.started(
+                "the skeleton's worker",
                 skeleton_worker_argv(prefix),
                 env,
                 worker_log,
-                lambda: b" ready." in worker_log.read_bytes(),
+                stack.celery_ready(worker_log),
             )
         )
         processes = {"api": api.pid, "worker": worker.pid}

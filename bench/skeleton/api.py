@@ -28,8 +28,8 @@ from bench.skeleton import (
     REQUESTS_CHAIN,
     chain_events,
     fused,
+    owner_hashes,
     setting,
-    subject_hash,
     variants,
 )
 
@@ -99,11 +99,11 @@ class Intake:
                 assert head is not None
                 request_id = int(head[2])
                 event = {
-                    "kind": "deletion.received",
-                    "request": request_id,
-                    "subjects": [subject_hash(o) for o in owners],
+                    "type": "deletion.received",
+                    "request_id": request_id,
+                    "payload": {"subjects": owner_hashes(owners)},
                 }
-                seqs, bodies, hashes = chain_events(int(head[0]), bytes(head[1]), [event])
+                seqs, bodies, hashes = chain_events(REQUESTS_CHAIN, int(head[0]), head[1], [event])
                 params = {
                     "id": request_id,
                     "model": model_id,
@@ -112,7 +112,7 @@ class Intake:
                     "owners": owners,
                     "chain": REQUESTS_CHAIN,
                     "seq": seqs[0],
-                    "body": bodies[0].decode(),
+                    "body": bodies[0],
                     "hash": hashes[0],
                     "at": datetime.now(UTC),
                 }

@@ -11,7 +11,9 @@ import psycopg
 import redis
 from safetensors.numpy import save
 
-from bench.skeleton import CHAIN, MODEL_ID, REQUESTS_CHAIN, put_blob
+from bench.skeleton import CHAIN, MODEL_ID, REQUESTS_CHAIN
+from service.audit.chain import GENESIS
+from service.storage.artifacts import LocalArtifactStore
 
 FEATURES, CLASSES = 784, 10
 
@@ -19,7 +21,7 @@ DDL = """
 CREATE TABLE models (id int PRIMARY KEY, seq int NOT NULL, version_id bigint, weights text NOT NULL,
                      manifest json);
 ALTER TABLE models ALTER COLUMN manifest SET STORAGE EXTERNAL;
-CREATE TABLE chain_heads (chain text PRIMARY KEY, seq bigint NOT NULL, hash bytea NOT NULL);
+CREATE TABLE chain_heads (chain text PRIMARY KEY, seq bigint NOT NULL, hash text NOT NULL);
 CREATE TABLE samples (model_id int, sample_id text, owner_id text, PRIMARY KEY (model_id, sample_id));
 CREATE INDEX samples_owner ON samples (model_id, owner_id);
 CREATE TABLE buckets (model_id int, owner_id text, kind text, blob text NOT NULL,
@@ -31,7 +33,7 @@ CREATE INDEX requests_open ON requests (model_id, id) WHERE state IN ('queued', 
 CREATE TABLE history (request_id bigint NOT NULL, state text NOT NULL, at timestamptz NOT NULL);
 CREATE INDEX history_request ON history (request_id);
 CREATE TABLE audit (id bigserial PRIMARY KEY, chain text NOT NULL, seq bigint NOT NULL, body jsonb NOT NULL,
-                    hash bytea NOT NULL, UNIQUE (chain, seq));
+                    hash text NOT NULL, UNIQUE (chain, seq));
 CREATE TABLE versions (id bigserial PRIMARY KEY, model_id int NOT NULL, seq int NOT NULL, parent bigint,
                        weights text NOT NULL, certificate jsonb NOT NULL, garbage text[] NOT NULL,
                        created_at timestamptz NOT NULL, UNIQUE (model_id, seq));
@@ -57,7 +59,7 @@ def create(
     rows of ``buckets``, or with ``manifest`` one JSON object on the model row (owner -> its two blobs),
     as the service stores them."""
     rng = np.random.default_rng(seed)
-    blobs.mkdir(parents=True, exist_ok=True)
+    store = LocalArtifactStore(blobs)
     weights = rng.normal(size=(CLASSES, FEATURES + 1)).astype(np.float32)
     hot = redis.Redis.from_url(redis_url)
     rows: list[tuple[int, str, str]] = []
@@ -65,8 +67,8 @@ def create(
     with hot.pipeline(transaction=False) as pipe:
         for owner in owners:
             x = rng.random(FEATURES, dtype=np.float32)
-            arrays = put_blob(blobs, save({"x": x, "y": rng.integers(CLASSES, size=1)}))
-            stats = put_blob(blobs, save({"g": rng.normal(size=(CLASSES, FEATURES + 1)).astype(np.float32)}))
+            arrays = store.put(save({"x": x, "y": rng.integers(CLASSES, size=1)}))
+            stats = store.put(save({"g": rng.normal(size=(CLASSES, FEATURES + 1)).astype(np.float32)}))
             buckets += [(MODEL_ID, owner, "arrays", arrays), (MODEL_ID, owner, "stats", stats)]
             rows.append((MODEL_ID, f"s-{owner}", owner))
             vector = (1e-3 * rng.normal(size=(CLASSES, FEATURES + 1))).astype(np.float32)
@@ -78,7 +80,7 @@ def create(
             cur.executemany("INSERT INTO samples VALUES (%s, %s, %s)", rows)
             if not manifest:
                 cur.executemany("INSERT INTO buckets VALUES (%s, %s, %s, %s)", buckets)
-        digest = put_blob(blobs, save({"w": weights}))
+        digest = store.put(save({"w": weights}))
         by_owner: dict[str, list[str]] = {}
         for _, owner, _, blob in buckets:
             by_owner.setdefault(owner, []).append(blob)
@@ -87,6 +89,6 @@ def create(
             (MODEL_ID, digest, orjson.dumps(by_owner).decode() if manifest else None),
         )
         for chain in (CHAIN, REQUESTS_CHAIN):
-            conn.execute("INSERT INTO chain_heads VALUES (%s, 0, %s)", (chain, b"\0" * 32))
+            conn.execute("INSERT INTO chain_heads VALUES (%s, 0, %s)", (chain, GENESIS))
         conn.commit()
         conn.execute("ANALYZE")

@@ -6,7 +6,6 @@ The variants ``split``, ``sqlalchemy`` and ``manifest`` (:data:`bench.skeleton.V
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -32,22 +31,21 @@ from bench.skeleton import (
     ENV_DSN,
     ENV_PREFIX,
     ENV_REDIS,
-    blob_path,
     chain_events,
     drop_from_manifest,
     fused,
-    put_blob,
+    owner_hashes,
     setting,
-    subject_hash,
     variants,
 )
 from bench.skeleton.schema import CLASSES, FEATURES, vector_key
+from service.storage.artifacts import LocalArtifactStore
 
 app = Celery("skeleton", broker=setting(ENV_REDIS))
 app.conf.update(task_default_queue=setting(ENV_PREFIX), worker_prefetch_multiplier=1)
 
 PREFIX = setting(ENV_PREFIX)
-BLOBS = Path(setting(ENV_BLOBS))
+BLOBS = LocalArtifactStore(Path(setting(ENV_BLOBS)))
 VARIANT = variants()
 EPSILON_PER_DELETION = 0.01
 
@@ -82,7 +80,7 @@ RECORD = [
 ]
 AUDIT = [
     """INSERT INTO audit (chain, seq, body, hash)
-       SELECT %(chain)s, q, b, x FROM unnest(CAST(%(aseq)s AS bigint[]), CAST(%(abody)s AS jsonb[]), CAST(%(ahash)s AS bytea[])) AS e(q, b, x)""",
+       SELECT %(chain)s, q, b, x FROM unnest(CAST(%(aseq)s AS bigint[]), CAST(%(abody)s AS jsonb[]), CAST(%(ahash)s AS text[])) AS e(q, b, x)""",
     "UPDATE chain_heads SET seq = %(head_seq)s, hash = %(head_hash)s WHERE chain = %(chain)s",
 ]
 COMPLETION_LOCK = """
@@ -182,23 +180,28 @@ def executor() -> Executor:
 
 def weights_of(digest: str) -> np.ndarray:
     if digest not in _weights:
-        _weights[digest] = load(blob_path(BLOBS, digest).read_bytes())["w"]
+        _weights[digest] = load(BLOBS.get(digest))["w"]
     return _weights[digest]
 
 
 def audit_params(
-    head: Any, kind: str, version_seq: int, ids: list[int], owners: list[list[str]]
+    head: Any, kind: str, version_id: int, version_seq: int, ids: list[int], owners: list[list[str]]
 ) -> dict[str, Any]:
     """The audit events of ``ids`` chained after ``head`` (its seq and hash), as statement parameters."""
     events = [
-        {"kind": kind, "request": i, "version": version_seq, "subjects": [subject_hash(o) for o in named]}
+        {
+            "type": kind,
+            "request_id": i,
+            "version_id": version_id,
+            "payload": {"version_seq": version_seq, "subjects": owner_hashes(named)},
+        }
         for i, named in zip(ids, owners, strict=True)
     ]
-    seqs, bodies, hashes = chain_events(int(head[0]), bytes(head[1]), events)
+    seqs, bodies, hashes = chain_events(CHAIN, int(head[0]), head[1], events)
     return {
         "chain": CHAIN,
         "aseq": seqs,
-        "abody": [b.decode() for b in bodies],
+        "abody": bodies,
         "ahash": hashes,
         "head_seq": seqs[-1],
         "head_hash": hashes[-1],
@@ -225,7 +228,7 @@ def round_(model_id: int) -> int:
         vectors: list[bytes | None] = _hot.mget([vector_key(PREFIX, o) for o in owners])  # type: ignore[assignment]
         update = np.sum([np.frombuffer(v, dtype=np.float32) for v in vectors if v is not None], axis=0)
         new = weights_of(digest) + update.reshape(CLASSES, FEATURES + 1)
-        weights = put_blob(BLOBS, save({"w": new}))
+        weights = BLOBS.put(save({"w": new}))
         _weights[weights] = new
         params: dict[str, Any] = {
             "model": model_id,
@@ -247,7 +250,7 @@ def round_(model_id: int) -> int:
             params["garbage"] = [blob for r in queued for blob in r[2]]
             writes = [BUCKET_ROWS, MODEL.format(manifest=""), *RECORD]
         head = db.one(HEAD, {"chain": CHAIN})
-        params |= audit_params(head, "deletion.applied", seq + 1, ids, per_request)
+        params |= audit_params(head, "deletion.applied", vid, seq + 1, ids, per_request)
         run_parts(db, [*writes, *AUDIT], params)
     complete(db, model_id, vid, seq + 1, new, ids, per_request, params["garbage"])
     return len(ids)
@@ -273,10 +276,11 @@ def complete(
     with db.transaction():
         head = db.one(COMPLETION_LOCK, {"lock": COLLECTION_LOCK, "chain": CHAIN})
         for digest in garbage:
-            try:
-                os.unlink(blob_path(BLOBS, digest))
-            except FileNotFoundError:
-                pass
+            BLOBS.delete(digest)
         now = datetime.fromtimestamp(time.time(), UTC)
-        params = {"ids": ids, "now": now, **audit_params(head, "deletion.completed", seq, ids, per_request)}
+        params = {
+            "ids": ids,
+            "now": now,
+            **audit_params(head, "deletion.completed", version_id, seq, ids, per_request),
+        }
         run_parts(db, [*COMPLETE, *AUDIT], params)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
+from datetime import datetime
 
 import orjson
 import pytest
 
-from bench.skeleton import VARIANTS, chain_events, chain_link, drop_from_manifest, fused, parse_variants
+from bench.skeleton import MODEL_ID, VARIANTS, chain_events, drop_from_manifest, fused, parse_variants
+from service.audit.chain import event_hash
 
 
 def test_fused_statement_names_each_part_once() -> None:
@@ -16,15 +17,25 @@ def test_fused_statement_names_each_part_once() -> None:
 
 
 def test_chain_events_link_each_event_to_the_one_before() -> None:
-    head = b"\x01" * 32
-    events = [{"kind": "a", "request": 1}, {"request": 2, "kind": "b"}]
-    seqs, bodies, hashes = chain_events(41, head, events)
+    """Hashed as the service hashes its audit events, each from the hash before it."""
+    head = "1" * 64
+    events = [
+        {"type": "a", "request_id": 1, "payload": {}},
+        {"type": "b", "request_id": 2, "version_id": 7, "payload": {"x": 1}},
+    ]
+    seqs, bodies, hashes = chain_events("c", 41, head, events)
     assert seqs == [42, 43]
-    assert [orjson.loads(b) for b in bodies] == events
-    first = hashlib.sha256(head + b'{"kind":"a","request":1}').digest()
-    assert hashes == [first, chain_link(first, events[1])]
-    # Canonical: the same event with its keys in another order links the same way.
-    assert chain_link(first, {"kind": "b", "request": 2}) == hashes[1]
+    decoded = [orjson.loads(b) for b in bodies]
+    assert [{k: v for k, v in d.items() if k != "at"} for d in decoded] == events
+    at = datetime.fromisoformat(decoded[0]["at"])
+    fields = {"chain": "c", "at": at, "model_id": MODEL_ID}
+    first = event_hash(
+        head, chain_seq=42, event_type="a", request_id=1, version_id=None, payload={}, **fields
+    )
+    second = event_hash(
+        first, chain_seq=43, event_type="b", request_id=2, version_id=7, payload={"x": 1}, **fields
+    )
+    assert hashes == [first, second]
 
 
 def test_dropping_owners_from_a_manifest_returns_their_blobs() -> None:
