@@ -9,14 +9,15 @@ transactions of a deletion:
 - ``round``: one update round (:func:`service.jobs.updates.apply_batch`);
 - ``completion``: its completion (:func:`service.jobs.completion.finish`).
 
-Each phase is timed (the thread's CPU time and the wall time) and its SQL statements counted; the first
+Each phase is timed (the thread's CPU time and the wall time, and the CPU time of the Postgres server's
+processes) and its SQL statements and round trips to Postgres counted; the first
 ``--warmup`` rounds are left out (SQLAlchemy compiles each statement once per process). Nothing else
 runs, so these are the floor of ``bench.service``'s figures: add the job's dispatch (publishing it and
 the worker picking it up, a few milliseconds) and HTTP, and they make POST-to-completed of an unloaded
 service. Under load every phase waits for the cores as well (bench/README.md, items 19 and 20).
 
-The last line of stdout is one JSON object: per phase the medians ``cpu_ms``, ``wall_ms`` and
-``statements``; ``floor_ms``, the sum of the phases' wall times; and ``floor_over_target``, that floor
+The last line of stdout is one JSON object: per phase the medians ``cpu_ms``, ``wall_ms``,
+``statements`` and ``round_trips``, and the mean ``postgres_cpu_ms``; ``floor_ms``, the sum of the phases' wall times; and ``floor_over_target``, that floor
 divided by the issue's p50 target (20 ms at 100 requests/s): above 1, the target is out of reach before
 any load.
 """
@@ -40,25 +41,60 @@ PHASES = ("intake", "round", "completion")
 
 
 class PhaseTimer:
-    """CPU time, wall time and SQL statements of each phase, one sample per round."""
+    """CPU time, wall time, SQL statements and round trips of each phase, one sample per round.
+
+    Statements are counted through SQLAlchemy's cursor events and, for the hot path's plain statements
+    (:mod:`service.db.postgres`), by wrapping psycopg's ``Connection.execute`` and ``Connection.pipeline``
+    in this process: a statement sent inside a pipeline shares the pipeline's one round trip (its
+    closing sync), one sent outside is a round trip of its own. Commits are not counted."""
 
     def __init__(self, engine: Any) -> None:
         from sqlalchemy import event
 
-        self.samples: dict[str, list[tuple[float, float, int]]] = {p: [] for p in PHASES}
+        self.samples: dict[str, list[tuple[float, float, int, int]]] = {p: [] for p in PHASES}
+        self.server: dict[str, list[float]] = {p: [] for p in PHASES}  # Postgres' CPU seconds per phase
         self._statements = 0
+        self._round_trips = 0
 
         @event.listens_for(engine, "before_cursor_execute")
         def _count(*_: Any) -> None:
             self._statements += 1
+            self._round_trips += 1
+
+        self._count_plain_statements()
+
+    def _count_plain_statements(self) -> None:
+        import psycopg
+
+        execute, pipeline = psycopg.Connection.execute, psycopg.Connection.pipeline
+
+        def counted_execute(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            self._statements += 1
+            self._round_trips += conn._pipeline is None
+            return execute(conn, *args, **kwargs)
+
+        def counted_pipeline(conn: Any) -> Any:
+            self._round_trips += 1
+            return pipeline(conn)
+
+        psycopg.Connection.execute = counted_execute  # type: ignore[method-assign]
+        psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign]
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        cpu, wall, statements = time.thread_time(), time.perf_counter(), self._statements
+        server = _postgres_cpu()  # read outside the timed span: it walks /proc
+        cpu, wall = time.thread_time(), time.perf_counter()
+        statements, round_trips = self._statements, self._round_trips
         yield
         self.samples[name].append(
-            (time.thread_time() - cpu, time.perf_counter() - wall, self._statements - statements)
+            (
+                time.thread_time() - cpu,
+                time.perf_counter() - wall,
+                self._statements - statements,
+                self._round_trips - round_trips,
+            )
         )
+        self.server[name].append(_postgres_cpu() - server)
 
     def medians(self, skip: int) -> dict[str, dict[str, float]]:
         out = {}
@@ -68,8 +104,16 @@ class PhaseTimer:
                 "cpu_ms": round(statistics.median(s[0] for s in kept) * 1000, 2),
                 "wall_ms": round(statistics.median(s[1] for s in kept) * 1000, 2),
                 "statements": statistics.median(s[2] for s in kept),
+                "round_trips": statistics.median(s[3] for s in kept),
+                # /proc counts in ticks of 10 ms: a mean over the phases, not a median of single ones
+                "postgres_cpu_ms": round(statistics.fmean(self.server[name][skip:]) * 1000, 2),
             }
         return out
+
+
+def _postgres_cpu() -> float:
+    """CPU seconds used so far by every Postgres server process (0 off Linux)."""
+    return stack.cpu_seconds({}).get("postgres", 0.0)
 
 
 def train_r1(env: dict[str, str], var: Path, rows: int, token: str) -> int:

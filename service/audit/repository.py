@@ -36,6 +36,31 @@ class ChainHead:
     hash: str
 
 
+def chain_rows(head: ChainHead, events: list[dict[str, Any]], at: datetime) -> list[dict[str, Any]]:
+    """``events`` (dicts with event_type, model_id, request_id, version_id, payload) as rows of the
+    chain after ``head``, each hashed onto its predecessor (:func:`service.audit.chain.event_hash`);
+    ``head`` moves to the last of them, so that a caller appending again continues the chain."""
+    seq, prev = head.seq, head.hash
+    rows = []
+    for event in events:
+        seq += 1
+        row = {"chain": head.chain, "chain_seq": seq, "at": at, "prev_hash": prev, **event}
+        row["hash"] = prev = event_hash(
+            row["prev_hash"],
+            chain=head.chain,
+            chain_seq=seq,
+            at=at,
+            event_type=row["event_type"],
+            model_id=row["model_id"],
+            request_id=row["request_id"],
+            version_id=row["version_id"],
+            payload=row["payload"],
+        )
+        rows.append(row)
+    head.seq, head.hash = seq, prev
+    return rows
+
+
 class AuditRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -86,28 +111,10 @@ class AuditRepository:
             insert_ignore(self.session, AuditHead, {"chain": chain, "seq": 0, "hash": GENESIS})
             head = self.lock_chain(chain)
             assert head is not None  # inserted just now, or by a concurrent writer that committed
-        at = utcnow()
-        seq, prev = head.seq, head.hash
-        rows = []
-        for event in events:
-            seq += 1
-            row = {"chain": chain, "chain_seq": seq, "at": at, "prev_hash": prev, **event}
-            row["hash"] = prev = event_hash(
-                row["prev_hash"],
-                chain=chain,
-                chain_seq=seq,
-                at=at,
-                event_type=row["event_type"],
-                model_id=row["model_id"],
-                request_id=row["request_id"],
-                version_id=row["version_id"],
-                payload=row["payload"],
-            )
-            rows.append(row)
+        rows = chain_rows(head, events, utcnow())
         # Every row names every column (a version event's request_id is None), so all go as one executemany.
         self.session.execute(_INSERT_EVENTS, rows)
-        self.session.execute(_MOVE_HEAD, {"b_chain": chain, "b_seq": seq, "b_hash": prev})
-        head.seq, head.hash = seq, prev  # a caller appending again with this head continues the chain
+        self.session.execute(_MOVE_HEAD, {"b_chain": chain, "b_seq": head.seq, "b_hash": head.hash})
 
     def query(
         self,

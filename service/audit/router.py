@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from service.audit.schemas import AuditEventOut, AuditPage, ChainOut, VerifyOut
-from service.audit.service import model_chain, requests_chain, verify_all
+from service.audit.service import chains_of_model, verify_all
 from service.deps import RuntimeDep
 from service.errors import Unprocessable
 from service.schemas import MAX_DB_INT, SubjectId, error_responses
@@ -36,7 +36,10 @@ def query_events(
     request_id: Annotated[int | None, Query(ge=1, le=MAX_DB_INT)] = None,
     chain: Annotated[
         str | None,
-        Query(max_length=64, description="One chain (model:<id>, model:<id>:requests or system), in order"),
+        Query(
+            max_length=64,
+            description="One chain (model:<id>, model:<id>:requests, model:<id>:completions or system), in order",
+        ),
     ] = None,
     owner_id: Annotated[
         SubjectId | None, Query(description="Events of requests naming this owner (hashed server-side)")
@@ -103,13 +106,17 @@ def verify(
         int | None, Query(ge=1, le=MAX_DB_INT, description="The chains of this model")
     ] = None,
     chain: Annotated[
-        str | None, Query(max_length=64, description="One chain: model:<id>, model:<id>:requests or system")
+        str | None,
+        Query(
+            max_length=64,
+            description="One chain: model:<id>, model:<id>:requests, model:<id>:completions or system",
+        ),
     ] = None,
 ) -> VerifyOut:
-    """Every chain by default; ``model_id`` selects the model's two chains, ``chain`` one chain."""
+    """Every chain by default; ``model_id`` selects the model's three chains, ``chain`` one chain."""
     chains = [chain] if chain is not None else None
     if model_id is not None:
-        chains = [*(chains or []), model_chain(model_id), requests_chain(model_id)]
+        chains = [*(chains or []), *chains_of_model(model_id)]
     with rt.uow() as uow:
         reports = verify_all(uow.audit, chains)
     return VerifyOut(

@@ -14,8 +14,24 @@ SYSTEM_CHAIN = "system"
 
 
 def model_chain(model_id: int) -> str:
-    """The chain of a model's lifecycle: training, versions, the application and completion of deletions."""
+    """The chain of a model's lifecycle: training, versions, the application of deletions, retraining."""
     return f"model:{model_id}"
+
+
+def completions_chain(model_id: int) -> str:
+    """The chain of the model's completed deletions (``deletion.completed``, one per request).
+
+    A chain of its own, like :func:`requests_chain`, so that completing one version (which holds its
+    chain's head across the unlinks of the version's garbage) and recording the next (which appends to
+    the model's chain) never wait for each other's lock on one chain head: the worker's second thread
+    records version N+1 while the first completes version N (``bench/README.md``, item 29).
+    """
+    return f"model:{model_id}:completions"
+
+
+def chains_of_model(model_id: int) -> list[str]:
+    """Every chain a model's events go to."""
+    return [model_chain(model_id), requests_chain(model_id), completions_chain(model_id)]
 
 
 def request_version_events(
@@ -137,7 +153,9 @@ def verify_events(
             f"the chain ends at event {count} but its head says {head_seq}: events were removed", count + 1
         )
     if anchors and max(anchors) > count:
-        return bad(f"an anchor names event {max(anchors)}, the chain has {count}: events were removed", count + 1)
+        return bad(
+            f"an anchor names event {max(anchors)}, the chain has {count}: events were removed", count + 1
+        )
     return ChainReport(chain, count, head_seq, head_hash, True)
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import Any, Self, cast
 
+from psycopg import Connection
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -62,6 +63,15 @@ class UnitOfWork:
 
     def _on_postgres(self) -> bool:
         return self.session.get_bind().dialect.name == "postgresql"
+
+    def postgres_connection(self) -> Connection[Any] | None:
+        """The psycopg connection under this unit of work's transaction (None on SQLite), for the hot
+        path's plain statements (service.jobs.postgres_path). Whatever the session holds unflushed is
+        flushed first, so that those statements see it and run after it, as the session's own would."""
+        if not self._on_postgres():
+            return None
+        self.session.flush()
+        return cast(Connection[Any], self.session.connection().connection.driver_connection)
 
     def bookkeeping(self) -> UnitOfWork:
         """Let this transaction's commit skip waiting for the WAL flush (Postgres).

@@ -30,14 +30,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 
 from service.db.base import utcnow
+from service.deletions.postgres_intake import PostgresSubmissions
 from service.deletions.schemas import BulkIn, DeletionIn
 from service.deletions.service import accept_many, bulk_report
 from service.errors import ApiError
+from service.graphs.requests import has_graph_items
 from service.idempotency import service as idempotency
 from service.idempotency.service import Outcome
 from service.jobs.updates import request_update
@@ -230,16 +233,40 @@ class DeletionIntake:
         firsts: dict[tuple[str, str], _Submission] = {}
         for item in batch:
             firsts.setdefault((item.scope, item.key), item)
-        expires = utcnow() + timedelta(hours=rt.settings.idempotency_ttl_hours)
+        keys = [(scope, key, item.digest) for (scope, key), item in firsts.items()]
+        now = utcnow()
+        expires = now + timedelta(hours=rt.settings.idempotency_ttl_hours)
         answers: list[tuple[_Submission, int, dict[str, Any], ApiError | None]] = []
         with rt.uow() as uow:
-            claimed = uow.idempotency.claim_many(
-                [(scope, key, item.digest) for (scope, key), item in firsts.items()], expires
-            )
-            mine = [item for pair, item in firsts.items() if pair in claimed]
-            for model_id, items in _by_model(mine).items():
-                answers.extend(_submit_model(rt, uow, model_id, items))
-            uow.idempotency.complete_many([(s.scope, s.key, status, body) for s, status, body, _ in answers])
+            conn = uow.postgres_connection()
+            if conn is not None and not any(has_graph_items(b) for s in firsts.values() for b in s.bodies):
+                submissions = PostgresSubmissions(conn, rt.hasher, rt.settings.deletion_sla_seconds)
+                every = _by_model(list(firsts.values()))
+                claimed = submissions.read(
+                    keys, now, expires, {m: _bodies(items) for m, items in every.items()}
+                )
+                for model_id, items in _by_model(
+                    [s for pair, s in firsts.items() if pair in claimed]
+                ).items():
+                    answers.extend(_answers(items, partial(submissions.accept, model_id)))
+                submissions.write([(s.scope, s.key, status, body) for s, status, body, _ in answers])
+            else:
+                claimed = uow.idempotency.claim_many(keys, expires)
+                for model_id, items in _by_model(
+                    [s for pair, s in firsts.items() if pair in claimed]
+                ).items():
+                    accept = partial(
+                        accept_many,
+                        uow,
+                        rt.cache,
+                        rt.hasher,
+                        model_id,
+                        sla_seconds=rt.settings.deletion_sla_seconds,
+                    )
+                    answers.extend(_answers(items, accept))
+                uow.idempotency.complete_many(
+                    [(s.scope, s.key, status, body) for s, status, body, _ in answers]
+                )
             uow.commit()
         for item, status, body, error in answers:  # answered as soon as committed ...
             if error is not None:
@@ -259,14 +286,17 @@ def _by_model(items: list[_Submission]) -> dict[int, list[_Submission]]:
     return out
 
 
-def _submit_model(
-    rt: Runtime, uow: Any, model_id: int, items: list[_Submission]
+def _bodies(items: list[_Submission]) -> list[DeletionIn]:
+    return [b for s in items for b in s.bodies]
+
+
+def _answers(
+    items: list[_Submission], accept: Callable[[list[DeletionIn]], list[Any]]
 ) -> list[tuple[_Submission, int, dict[str, Any], ApiError | None]]:
     """(submission, status, stored response body, error to raise) for each of one model's submissions:
-    one :func:`accept_many` over all their requests, its results handed back to each in order."""
-    bodies = [b for s in items for b in s.bodies]
+    one ``accept`` over all their requests, its results handed back to each in order."""
     try:
-        results = accept_many(uow, rt.cache, rt.hasher, model_id, bodies, rt.settings.deletion_sla_seconds)
+        results = accept(_bodies(items))
     except ApiError as exc:  # about the model itself (unknown, failed): every submission gets it
         return [(s, exc.status, exc.body(), exc) for s in items]
     out: list[tuple[_Submission, int, dict[str, Any], ApiError | None]] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +81,9 @@ def fan_out_report(dataset_id: int, models: list[int], outcomes: list[Outcome]) 
         for m, o in zip(models, outcomes)
     ]
     accepted = sum(1 for item in items if item.status == 202)
-    report = DatasetDeletionOut(dataset_id=dataset_id, accepted=accepted, rejected=len(items) - accepted, results=items)
+    report = DatasetDeletionOut(
+        dataset_id=dataset_id, accepted=accepted, rejected=len(items) - accepted, results=items
+    )
     return (202 if accepted == len(items) else 207), report.model_dump(mode="json")
 
 
@@ -108,9 +112,35 @@ def submit_many(
     Unknown ids are a 422 and ids forgotten earlier a 409, both now, so a request that is accepted can
     only fail for reasons outside the caller's control. Each item is accepted or rejected on its own;
     the lookups and inserts are shared, so a thousand requests cost about as many statements as one.
-    The caller commits, then calls :func:`service.jobs.updates.request_update`.
+    The caller commits, then calls :func:`service.jobs.updates.request_update`. (On Postgres the intake
+    runs the same plan through pipelined statements: :mod:`service.deletions.postgres_intake`.)
     """
     model = uow.models.get(model_id)
+    check_accepting(model, model_id)
+    assert model is not None
+    owners, samples = named_subjects(bodies)
+    plan = plan_submissions(
+        hasher,
+        model,
+        bodies,
+        uow.models.samples_of_owners(model_id, owners),
+        uow.models.owners_of(model_id, samples),
+        lambda hashes: uow.models.erased_among(model_id, hashes),
+        sla_seconds,
+    )
+    if not plan.accepted:
+        return plan.results()
+    ids = uow.deletions.insert_many(plan.rows())
+    uow.deletions.add_subjects(plan.subjects(ids))
+    uow.deletions.add_events(plan.history(ids))
+    # Last: the chain head stays locked until the commit, so take it as late as possible.
+    uow.audit.append_many(requests_chain(model_id), plan.events(ids))
+    metrics.DELETIONS_RECEIVED.inc(len(plan.accepted))
+    return plan.results(ids)
+
+
+def check_accepting(model: Model | Any, model_id: int) -> None:
+    """404 for an unknown model, 410 for a deleted one, 409 for one that failed to train."""
     if model is None:
         raise NotFound(f"model {model_id} does not exist")
     require_live(model)
@@ -118,73 +148,109 @@ def submit_many(
         raise Conflict(
             f"model {model_id} failed to train ({model.error}); register it again", code="model_failed"
         )
+
+
+def named_subjects(bodies: Sequence[DeletionIn]) -> tuple[list[str], list[str]]:
+    """Every owner and every sample id the requests name, each once."""
+    owners = list(dict.fromkeys(o for b in bodies for o in b.owner_ids))
+    samples = list(dict.fromkeys(s for b in bodies for s in b.sample_ids))
+    return owners, samples
+
+
+@dataclass
+class SubmissionPlan:
+    """What accepting a set of requests writes: the accepted requests' rows and subject hashes, and each
+    request's answer (an error, or None for an accepted one until its row has an id)."""
+
+    model_id: int
+    now: datetime
+    expected_by: datetime
+    outcomes: list[ApiError | None]
+    accepted: list[tuple[dict[str, Any], dict[str, str]]]  # (request row, subject hash -> kind)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for row, _ in self.accepted]
+
+    def subjects(self, ids: Sequence[int]) -> list[tuple[int, str, str]]:
+        return [(rid, h, kind) for rid, (_, hashes) in zip(ids, self.accepted) for h, kind in hashes.items()]
+
+    def history(self, ids: Sequence[int]) -> list[tuple[int, str, datetime, str | None]]:
+        return [(rid, state, self.now, None) for rid in ids for state in ("received", "queued")]
+
+    def events(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        """The ``deletion.received`` audit event of each accepted request."""
+        return [
+            {
+                "event_type": "deletion.received",
+                "model_id": self.model_id,
+                "request_id": rid,
+                "version_id": None,
+                "payload": {"subject_hashes": sorted(hashes), "num_samples": row["num_samples"]},
+            }
+            for rid, (row, hashes) in zip(ids, self.accepted)
+        ]
+
+    def results(self, ids: Sequence[int] = ()) -> list[DeletionAccepted | ApiError]:
+        """Each request's answer, in order; ``ids``: the accepted requests' ids, in order."""
+        next_id = iter(ids)
+        return [
+            r
+            if r is not None
+            else DeletionAccepted(
+                id=next(next_id),
+                model_id=self.model_id,
+                state="queued",
+                expected_by=self.expected_by,
+                created_at=self.now,
+            )
+            for r in self.outcomes
+        ]
+
+
+def plan_submissions(
+    hasher: SubjectHasher,
+    model: Model | Any,
+    bodies: Sequence[DeletionIn],
+    owner_samples: Mapping[str, Sequence[str]],
+    sample_owner: Mapping[str, str],
+    erased_among: Callable[[list[str]], dict[str, int | None]],
+    sla_seconds: float,
+) -> SubmissionPlan:
+    """Each request checked against the model's remaining samples (``owner_samples``: owner -> samples,
+    ``sample_owner``: sample -> owner, for the named subjects still there); ``erased_among`` is asked
+    only when some named id is missing, to tell a 409 (forgotten) from a 422 (never there)."""
     items = [(list(dict.fromkeys(b.owner_ids)), list(dict.fromkeys(b.sample_ids))) for b in bodies]
-    owner_samples = uow.models.samples_of_owners(model_id, list({o for owners, _ in items for o in owners}))
-    sample_owner = uow.models.owners_of(model_id, list({s for _, samples in items for s in samples}))
     missing = [
         ([o for o in owners if o not in owner_samples], [s for s in samples if s not in sample_owner])
         for owners, samples in items
     ]
-    erased = uow.models.erased_among(
-        model_id,
-        [hasher.owner(o) for mo, _ in missing for o in mo]
-        + [hasher.sample(s) for _, ms in missing for s in ms],
-    )
+    lost = [hasher.owner(o) for mo, _ in missing for o in mo] + [
+        hasher.sample(s) for _, ms in missing for s in ms
+    ]
+    erased = erased_among(lost) if lost else {}
     now = utcnow()
-    expected_by = _expected_by(model, now, sla_seconds)
-    results: list[DeletionAccepted | ApiError | None] = []
-    accepted: list[tuple[dict[str, Any], dict[str, str]]] = []  # (request row, subject hash -> kind)
+    plan = SubmissionPlan(model.id, now, _expected_by(model, now, sla_seconds), [], [])
     for body, (owners, samples), (lost_owners, lost_samples) in zip(bodies, items, missing):
         if lost_owners or lost_samples:
-            results.append(_missing_error(hasher, model_id, lost_owners, lost_samples, erased))
+            plan.outcomes.append(_missing_error(hasher, model.id, lost_owners, lost_samples, erased))
             continue
         covered = {s for o in owners for s in owner_samples[o]} | set(samples)
         row = {
-            "model_id": model_id,
+            "model_id": model.id,
             "state": "queued",
             "subjects": {"owner_ids": owners, "sample_ids": samples, **graph_subjects(body)},
             "num_samples": len(covered),
             "callback_url": str(body.callback_url) if body.callback_url else None,
             "callback_attempts": 0,
-            "expected_by": expected_by,
+            "expected_by": plan.expected_by,
             "created_at": now,
             "updated_at": now,
         }
         hashes = {hasher.owner(o): "owner" for o in owners} | {hasher.sample(s): "sample" for s in samples}
         hashes |= graph_hashes(hasher, body)  # edges, node features, graphs (service.graphs)
-        accepted.append((row, hashes))
-        results.append(None)  # the DeletionAccepted, once the row has its id
-    if not accepted:
-        return [r for r in results if r is not None]
-    ids = uow.deletions.insert_many([row for row, _ in accepted])
-    uow.deletions.add_subjects(
-        [(rid, h, kind) for rid, (_, hashes) in zip(ids, accepted) for h, kind in hashes.items()]
-    )
-    uow.deletions.add_events([(rid, state, now, None) for rid in ids for state in ("received", "queued")])
-    # Last: the chain head stays locked until the commit, so take it as late as possible.
-    uow.audit.append_many(
-        requests_chain(model_id),
-        [
-            {
-                "event_type": "deletion.received",
-                "model_id": model_id,
-                "request_id": rid,
-                "version_id": None,
-                "payload": {"subject_hashes": sorted(hashes), "num_samples": row["num_samples"]},
-            }
-            for rid, (row, hashes) in zip(ids, accepted)
-        ],
-    )
-    metrics.DELETIONS_RECEIVED.inc(len(accepted))
-    next_id = iter(ids)
-    return [
-        r
-        if r is not None
-        else DeletionAccepted(
-            id=next(next_id), model_id=model_id, state="queued", expected_by=expected_by, created_at=now
-        )
-        for r in results
-    ]
+        plan.accepted.append((row, hashes))
+        plan.outcomes.append(None)  # the DeletionAccepted, once the row has its id
+    return plan
 
 
 def _missing_error(
@@ -213,7 +279,7 @@ def _missing_error(
     )
 
 
-def _expected_by(model: Model, now: datetime, sla_seconds: float) -> datetime:
+def _expected_by(model: Model | Any, now: datetime, sla_seconds: float) -> datetime:
     wait = sla_seconds
     if model.status in ("queued", "training", "retraining") and model.eta_seconds:
         wait += model.eta_seconds

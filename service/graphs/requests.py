@@ -92,7 +92,7 @@ def _as_request(body: DeletionBody) -> ForgetRequest:
     )
 
 
-def _has_graph_items(body: DeletionBody) -> bool:
+def has_graph_items(body: DeletionBody) -> bool:
     return any(getattr(body, name) for name in GRAPH_FIELDS)
 
 
@@ -105,7 +105,7 @@ def check_submissions(
     """Per request: None, or the error it answers with. Kinds the model's method does not forget are a 422
     naming what it forgets; graph items are checked against the model's remaining graph. Owners and sample
     ids are left to :func:`service.deletions.service.submit_many` (as for tables)."""
-    if not any(_has_graph_items(b) for b in bodies):
+    if not any(has_graph_items(b) for b in bodies):
         return [None] * len(bodies)  # owners and samples only: every method forgets those (no extra query)
     model = uow.models.get(model_id)
     if model is None:
@@ -119,7 +119,7 @@ def check_submissions(
         except UnlearningError as exc:
             out.append(Unprocessable(f"model {model_id}: {exc}", code="unsupported_request"))
             continue
-        if not _has_graph_items(body) or not is_graph(model.training):
+        if not has_graph_items(body) or not is_graph(model.training):
             out.append(None)
             continue
         if graph is None:

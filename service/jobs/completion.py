@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 
 from service import metrics
 from service.audit.repository import ChainHead
-from service.audit.service import model_chain, request_version_events
+from service.audit.service import completions_chain, request_version_events
 from service.db.base import utcnow
 from service.db.tables import ModelVersion
 from service.deletions.repository import Completed
+from service.jobs.postgres_path import Completion, complete_version
 from service.storage.artifacts import ArtifactStore
 
 if TYPE_CHECKING:
@@ -60,9 +61,14 @@ def collect_garbage(uow: UnitOfWork, rt: Runtime, blobs: Collection[str]) -> Non
     if not blobs:
         return
     uow.refs.lock_for_collection()
-    unreferenced = uow.refs.unreferenced(blobs)
-    delete_blobs(rt.artifacts, unreferenced)
-    rt.cache.forget(unreferenced)
+    _unlink(rt, uow.refs.unreferenced(blobs))
+
+
+def _unlink(rt: Runtime, blobs: Collection[str]) -> None:
+    """Delete ``blobs`` (no reference holds them, under the collection lock) from the artifact store and
+    from this process's memory cache."""
+    delete_blobs(rt.artifacts, blobs)
+    rt.cache.forget(blobs)
 
 
 def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion | None = None) -> None:
@@ -72,33 +78,58 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
     instead of reading it again (its sequence number and garbage never change; its weights are
     published only while it is still the current version, which is read here either way).
 
-    One transaction, in this order: publish; lock the version's applied requests and the model's audit
-    chain head (row locks); take the collection lock and unlink the garbage (:func:`collect_garbage`);
+    One transaction, in this order: publish; lock the version's applied requests and the head of the
+    model's completions chain (row locks); take the collection lock and unlink the garbage
+    (:func:`collect_garbage`);
     then mark the requests completed, stamped with the time the unlinks ended, append their audit
     events; commit. Nothing commits as completed before the unlinks are done, and no ``completed_at``
     (which receipts sign) names a time at which the subject's blobs still existed. The collection lock
     comes after every row lock, so that no deadlock is possible: a writer holding it (shared) is inside
     its commit, waiting on no row lock, while a row lock this transaction waits for belongs to a writer
-    that has not reached that lock yet.
+    that has not reached that lock yet. On Postgres the same steps run as a few pipelined statements
+    (:func:`service.jobs.postgres_path.complete_version`).
     """
     with rt.uow() as uow:
         version = committed if committed is not None else uow.models.version(version_id)
-        current_id = uow.models.current_version_id(model_id)
-        if version is None or current_id is None:
+        if version is None:
             return
-        current = version
-        if current_id != version_id:
-            # A newer version already exists; it excludes these subjects too, and it is what gets served.
-            current = uow.models.version(current_id) or version
-        publish(rt, model_id, current)
-        requests = uow.deletions.lock_applied(model_id, version_id)
-        head = uow.audit.lock_chain(model_chain(model_id)) if requests else None
-        collect_garbage(uow, rt, version.garbage)
-        now = utcnow()
-        _complete(uow, model_id, version_id, version.seq, requests, now, head)
+        conn = uow.postgres_connection()
+        if conn is not None:
+            done = complete_version(
+                conn,
+                uow,
+                lambda current: publish(rt, model_id, current),
+                lambda blobs: _unlink(rt, blobs),
+                model_id,
+                version,
+            )
+        else:
+            done = _complete_portably(uow, rt, model_id, version)
+        if done is None:
+            return
         uow.commit()
-    for request in requests:
-        metrics.observe_completed(request.created_at, now)
+    for request in done.requests:
+        metrics.observe_completed(request.created_at, done.at)
+
+
+def _complete_portably(
+    uow: UnitOfWork, rt: Runtime, model_id: int, version: ModelVersion
+) -> Completion | None:
+    """:func:`service.jobs.postgres_path.complete_version` through the repositories (SQLite)."""
+    current_id = uow.models.current_version_id(model_id)
+    if current_id is None:
+        return None
+    current = version
+    if current_id != version.id:
+        # A newer version already exists; it excludes these subjects too, and it is what gets served.
+        current = uow.models.version(current_id) or version
+    publish(rt, model_id, current)
+    requests = uow.deletions.lock_applied(model_id, version.id)
+    head = uow.audit.lock_chain(completions_chain(model_id)) if requests else None
+    collect_garbage(uow, rt, version.garbage)
+    now = utcnow()
+    _complete(uow, model_id, version.id, version.seq, requests, now, head)
+    return Completion(requests, now)
 
 
 def _complete(
@@ -122,7 +153,7 @@ def _complete(
     for request_id in called:
         uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
     uow.audit.append_many(
-        model_chain(model_id),
+        completions_chain(model_id),
         request_version_events("deletion.completed", model_id, version_id, seq, [r.id for r in requests]),
         head,
     )

@@ -8,12 +8,15 @@ request that names it (directly or through its owner), which is the request its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from service.db.base import utcnow
 from service.db.tables import DeletionRequest
 from service.db.uow import UnitOfWork
 from service.graphs.requests import GraphItems, plan_graph_items, with_graph_items
+from service.subjects import SubjectHasher
 from unlearning.methods.protocol import ForgetRequest
 
 
@@ -84,3 +87,41 @@ def plan_requests(uow: UnitOfWork, model_id: int, requests: Sequence[DeletionReq
         plans.append(plan)
     plan_graph_items(uow, model_id, plans, covered)  # graph requests (service.graphs)
     return plans
+
+
+def tombstones(
+    hasher: SubjectHasher,
+    model_id: int,
+    batch: Batch,
+    forgotten: Mapping[str, str],
+    owners_left: Collection[str],
+    budget_epoch: int,
+) -> list[dict[str, Any]]:
+    """The tombstone rows of an erasure: one per forgotten sample, and one per owner of theirs with no
+    sample left (``owners_left``: those that keep some), each naming the request it is attributed to."""
+    request_of = batch.request_of()
+    owner_request = {o: p.request.id for p in batch.plans for o in p.owners}
+    at = utcnow()
+    rows: list[dict[str, Any]] = [
+        {
+            "model_id": model_id,
+            "subject_hash": hasher.sample(sid),
+            "kind": "sample",
+            "budget_epoch": budget_epoch,
+            "request_id": request_of.get(sid),
+            "erased_at": at,
+        }
+        for sid in forgotten
+    ]
+    for owner in sorted({o for o in forgotten.values() if o} - set(owners_left)):
+        rows.append(
+            {
+                "model_id": model_id,
+                "subject_hash": hasher.owner(owner),
+                "kind": "owner",
+                "budget_epoch": budget_epoch,
+                "request_id": owner_request.get(owner),
+                "erased_at": at,
+            }
+        )
+    return rows

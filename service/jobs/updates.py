@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,8 @@ from service.db.base import utcnow
 from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.db.uow import UnitOfWork
 from service.jobs.completion import finish
-from service.jobs.plans import Batch, RequestPlan, plan_requests
+from service.jobs.plans import Batch, RequestPlan, plan_requests, tombstones
+from service.jobs.postgres_path import UnlearnedVersion, record_unlearned_version
 from service.jobs.state import (
     derive_seed,
     load_hot_statistics,
@@ -38,12 +39,12 @@ from service.jobs.state import (
     policy_of,
     privacy_of,
 )
-from service.jobs.versions import erase_from_source, record_version, release_after_forget
+from service.jobs.versions import Release, erase_from_source, record_version, release_after_forget
 from service.storage.refs import rewrite_if_collected
 from service.storage.statistics import HotStoreLost, RedisSampleStatistics
 from unlearning.data import Dataset
 from unlearning.errors import UnlearningError
-from unlearning.methods.protocol import ForgetOutcome, MethodState, UnlearningMethod
+from unlearning.methods.protocol import ForgetOutcome, ForgetRequest, MethodState, UnlearningMethod
 from unlearning.methods.registry import get_method
 
 if TYPE_CHECKING:
@@ -326,6 +327,67 @@ def _record_update(
         request=request,
         whole_owners=emptied,
     )
+    charge = {
+        "budget_unit": cert.budget_unit,
+        "budget_cap": cert.budget_cap,
+        "charge": cert.charge,
+        "spent": cert.budget_spent,
+    }
+
+    def created(version_id: int, seq: int) -> dict[str, Any]:
+        return {
+            "event_type": "version.created",
+            "model_id": model.id,
+            "request_id": None,
+            "version_id": version_id,
+            "payload": {
+                "seq": seq,
+                "kind": "unlearned",
+                "budget_epoch": model.budget_epoch,
+                "requests": [p.request.id for p in batch.plans],
+                "forgotten": len(forgotten),
+                "charge": cert.charge,
+                "spent": cert.budget_spent,
+                "cap": cert.budget_cap,
+                "guarantee": cert.guarantee,
+                "weights_sha256": release.released_blob,
+            },
+        }
+
+    conn = uow.postgres_connection()
+    if conn is not None:
+        previous = uow.models.version(model.current_version_id) if model.current_version_id else None
+        assert previous is not None  # apply_batch checked it
+        unlearned = UnlearnedVersion(
+            model, previous, release, batch, forgotten, emptied, request, charge, claimed_at
+        )
+        version = record_unlearned_version(conn, uow, rt.cache, rt.hasher, unlearned, created)
+    else:
+        version = _record_portably(
+            rt, uow, model, release, batch, forgotten, emptied, request, charge, claimed_at, created
+        )
+    if stats is not None and release.statistics is not None:
+        if isinstance(outcome.state.statistics, RedisSampleStatistics):
+            stats.apply(version.seq - 1, version.seq)
+        else:
+            load_hot_statistics(rt.hot, rt.cache, model.id, version.seq, release.statistics, release.snapshot)
+    return version
+
+
+def _record_portably(
+    rt: Runtime,
+    uow: UnitOfWork,
+    model: Model,
+    release: Release,
+    batch: Batch,
+    forgotten: dict[str, str],
+    emptied: set[str],
+    request: ForgetRequest,
+    charge: dict[str, Any],
+    claimed_at: Any,
+    created: Callable[[int, int], dict[str, Any]],
+) -> ModelVersion:
+    """:func:`service.jobs.postgres_path.record_unlearned_version` through the repositories (SQLite)."""
     garbage = erase_from_source(
         uow,
         rt.cache,
@@ -350,40 +412,20 @@ def _record_update(
         budget_epoch=model.budget_epoch,
         kind="charge",
         version_id=version.id,
-        budget_unit=cert.budget_unit,
-        budget_cap=cert.budget_cap,
-        charge=cert.charge,
-        spent=cert.budget_spent,
         deletions=len(forgotten),
+        **charge,
     )
     record_erasure(rt, uow, model, batch, forgotten, budget_epoch=model.budget_epoch, emptied=emptied)
-    created = {
-        "event_type": "version.created",
-        "model_id": model.id,
-        "request_id": None,
-        "version_id": version.id,
-        "payload": {
-            "seq": version.seq,
-            "kind": "unlearned",
-            "budget_epoch": model.budget_epoch,
-            "requests": [p.request.id for p in batch.plans],
-            "forgotten": len(forgotten),
-            "charge": cert.charge,
-            "spent": cert.budget_spent,
-            "cap": cert.budget_cap,
-            "guarantee": cert.guarantee,
-            "weights_sha256": release.released_blob,
-        },
-    }
     mark_applied(
-        uow, model.id, [p.request for p in batch.plans], version.id, claimed_at, version.seq, created
+        uow,
+        model.id,
+        [p.request for p in batch.plans],
+        version.id,
+        claimed_at,
+        version.seq,
+        created(version.id, version.seq),
     )
     uow.session.flush()  # surface any constraint violation before Redis is touched
-    if stats is not None and release.statistics is not None:
-        if isinstance(outcome.state.statistics, RedisSampleStatistics):
-            stats.apply(version.seq - 1, version.seq)
-        else:
-            load_hot_statistics(rt.hot, rt.cache, model.id, version.seq, release.statistics, release.snapshot)
     return version
 
 
@@ -399,36 +441,12 @@ def record_erasure(
 ) -> None:
     """Tombstones (keyed hashes) for the forgotten samples and for owners with nothing left; the plaintext
     sample rows go. ``emptied``: :func:`emptied_owners` of the batch, when the caller has it."""
-    request_of = batch.request_of()
     uow.models.delete_samples(model.id, list(forgotten))
-    rows: list[dict[str, object]] = [
-        {
-            "model_id": model.id,
-            "subject_hash": rt.hasher.sample(sid),
-            "kind": "sample",
-            "budget_epoch": budget_epoch,
-            "request_id": request_of.get(sid),
-            "erased_at": utcnow(),
-        }
-        for sid in forgotten
-    ]
-    owners = {o for o in forgotten.values() if o}
     if emptied is None:
         emptied = emptied_owners(batch, forgotten)
+    owners = {o for o in forgotten.values() if o}
     left = uow.models.samples_of_owners(model.id, sorted(owners - emptied))
-    owner_request = {o: p.request.id for p in batch.plans for o in p.owners}
-    for owner in owners - set(left):
-        rows.append(
-            {
-                "model_id": model.id,
-                "subject_hash": rt.hasher.owner(owner),
-                "kind": "owner",
-                "budget_epoch": budget_epoch,
-                "request_id": owner_request.get(owner),
-                "erased_at": utcnow(),
-            }
-        )
-    uow.models.add_erased(rows)
+    uow.models.add_erased(tombstones(rt.hasher, model.id, batch, forgotten, set(left), budget_epoch))
 
 
 def emptied_owners(batch: Batch, forgotten: Mapping[str, str]) -> set[str]:

@@ -227,17 +227,38 @@ def erase_from_source(
     dataset_row = uow.datasets.lock(model.dataset_id)
     if dataset_row is None or dataset_row.arrays is None:
         return set()
-    if is_graph(dataset_row.arrays):  # graph datasets (service.graphs): the graph loses the same items
-        arrays: dict[str, Any] | None = graph_after_erasure(
-            cache, dataset_row.arrays, request, old_training=old_training, new_training=new_training
-        )
-    elif old_training is not None and dataset_row.arrays["buckets"] == old_training["buckets"]:
-        arrays = dict(new_training) if new_training else None
-    else:
-        arrays = drop_dataset_rows(cache, dataset_row.arrays, forgotten)
+    arrays = dataset_arrays_after(
+        cache,
+        dataset_row.arrays,
+        forgotten,
+        old_training=old_training,
+        new_training=new_training,
+        request=request,
+    )
     if arrays == dataset_row.arrays:
         return set()
     return replace_dataset_arrays(uow, cache, dataset_row, arrays)
+
+
+def dataset_arrays_after(
+    cache: BlobCache,
+    arrays: Mapping[str, Any],
+    forgotten: Mapping[str, str],
+    *,
+    old_training: Mapping[str, Any] | None,
+    new_training: Mapping[str, Any] | None,
+    request: ForgetRequest | None = None,
+) -> dict[str, Any] | None:
+    """The source dataset's manifest once the ``forgotten`` samples (sample id -> owner id) are erased
+    from it (None: nothing left). When the dataset and the model held the same buckets (the usual case)
+    the dataset takes the model's new buckets: nothing is written twice."""
+    if is_graph(arrays):  # graph datasets (service.graphs): the graph loses the same items
+        return graph_after_erasure(
+            cache, arrays, request, old_training=old_training, new_training=new_training
+        )
+    if old_training is not None and arrays["buckets"] == old_training["buckets"]:
+        return dict(new_training) if new_training else None
+    return drop_dataset_rows(cache, arrays, forgotten)
 
 
 def drop_dataset_rows(

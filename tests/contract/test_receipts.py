@@ -70,7 +70,8 @@ def test_a_completed_deletion_s_receipt_verifies_and_matches_the_log(
     assert "logged: event" in capsys.readouterr().out
     signer = runtime.receipts
     assert signer is not None
-    elsewhere = {**named["receipt"], "audit": {**named["receipt"]["audit"], "seq": 1}}  # signed, yet wrong
+    # Signed, yet wrong: the first event of the model's own chain (its registration), not this completion.
+    elsewhere = {**named["receipt"], "audit": {**named["receipt"]["audit"], "chain": "model:1", "seq": 1}}
     saved.write_text(json.dumps({"receipt": elsewhere, "signature": signer.sign(elsewhere)}))
     assert receipts_cli(["verify", str(saved), public], client=client) == 1
     assert "not the receipt's" in capsys.readouterr().out

@@ -4,7 +4,8 @@ kills itself with SIGKILL at one point of its first deletion update, for the cra
 ``LETHE_TEST_CRASH_AT`` names the point:
 
 - ``before_commit``: inside the update's transaction, after the new version's blobs are written and its
-  row inserted, before the requests are marked applied and anything commits;
+  rows (the version, the ledger charge, the requests' states) sent, as the statistics in Redis are about
+  to move to it, before anything commits;
 - ``after_commit``: after the version, ledger charge and request states committed, before the
   completion (serve the version, delete the garbage blobs, mark the requests completed).
 
@@ -21,8 +22,12 @@ import sys
 from typing import Any
 
 from service.jobs import updates
+from service.storage.statistics import RedisSampleStatistics
 
-CRASH_POINTS = {"before_commit": "record_erasure", "after_commit": "finish"}
+CRASH_POINTS: dict[str, tuple[object, str]] = {
+    "before_commit": (RedisSampleStatistics, "apply"),
+    "after_commit": (updates, "finish"),
+}
 
 
 def _die(*_: Any, **__: Any) -> None:
@@ -33,7 +38,8 @@ def main() -> None:
     point = os.environ.get("LETHE_TEST_CRASH_AT", "")
     if point not in CRASH_POINTS:
         raise SystemExit(f"LETHE_TEST_CRASH_AT must be one of {sorted(CRASH_POINTS)}, got {point!r}")
-    setattr(updates, CRASH_POINTS[point], _die)
+    owner, name = CRASH_POINTS[point]
+    setattr(owner, name, _die)
     from celery.__main__ import main as celery_main
 
     sys.argv = ["celery", *sys.argv[1:]]

@@ -63,4 +63,4 @@ def test_register_train_delete_owner_completes_with_certificate_and_changes_pred
     assert [c["kind"] for c in budget["charges"]] == ["initial", "charge"]
 
     verified = client.http.get("/v1/audit/verify", params={"model_id": model_id}).json()
-    assert verified["ok"] is True and len(verified["chains"]) == 2
+    assert verified["ok"] is True and len(verified["chains"]) == 3

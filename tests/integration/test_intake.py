@@ -40,16 +40,16 @@ def _subject_hashes(runtime: Runtime, request_id: int) -> set[str]:
 def slow_first_batch(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Hold the intake's first batch for 0.3 s, so that submissions sent meanwhile form one batch; returns
     the sizes of the batches committed together."""
-    original = intake.accept_many
+    original = intake._answers
     sizes: list[int] = []
 
-    def held(*args: Any) -> Any:
-        sizes.append(len(args[4]))
+    def held(items: list[Any], accept: Any) -> Any:
+        sizes.append(sum(len(item.bodies) for item in items))
         if len(sizes) == 1:
             time.sleep(0.3)
-        return original(*args)
+        return original(items, accept)
 
-    monkeypatch.setattr(intake, "accept_many", held)
+    monkeypatch.setattr(intake, "_answers", held)
     return sizes
 
 
@@ -102,20 +102,20 @@ def test_a_batch_that_fails_unexpectedly_is_retried_one_submission_at_a_time(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model_id = client.trained(n=60, samples_per_owner=2, policy={"max_deletion_fraction": 0.5})
-    original = intake.accept_many
+    original = intake._answers
     failed = threading.Event()
     calls: list[int] = []
 
-    def flaky(*args: Any) -> Any:
-        calls.append(len(args[4]))
+    def flaky(items: list[Any], accept: Any) -> Any:
+        calls.append(sum(len(item.bodies) for item in items))
         if len(calls) == 1:
             time.sleep(0.3)  # let the others queue into one batch
-        elif len(args[4]) > 1:
+        elif calls[-1] > 1:
             failed.set()
             raise RuntimeError("the database dropped the connection")
-        return original(*args)
+        return original(items, accept)
 
-    monkeypatch.setattr(intake, "accept_many", flaky)
+    monkeypatch.setattr(intake, "_answers", flaky)
     owners = [f"owner-{i:05d}" for i in range(8)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(lambda o: _post(client, model_id, o), owners))

@@ -26,6 +26,7 @@ def scoped(referenced: Callable[[list[str]], set[str]]) -> Referenced:
 
     return scope
 
+
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="fsync of directories is POSIX")
 
 

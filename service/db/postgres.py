@@ -1,0 +1,106 @@
+"""Plain statements on the psycopg connection under a unit of work (Postgres only).
+
+A deletion crosses three transactions (its submission, its update round, its completion). Through the
+ORM and SQLAlchemy Core they were some 40 statements, each a round trip and about a quarter of a
+millisecond of the client's CPU before Postgres saw it (``bench/README.md``, items 18 to 24). The hot
+path of each (:mod:`service.deletions.postgres_intake`, :mod:`service.jobs.postgres_path`) now sends
+plain SQL on :meth:`service.db.uow.UnitOfWork.postgres_connection`, in the same transaction, batched in
+psycopg's pipeline mode: a pipeline sends its statements without waiting for each answer, so a
+transaction costs two or three round trips. The statements used by more than one of them are here.
+
+Arrays go as one parameter each (``unnest``), so a statement costs the same for one row as for hundreds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg import Connection, Cursor
+from psycopg.types.json import Json, Jsonb
+
+from service.audit.chain import GENESIS
+from service.audit.repository import ChainHead, chain_rows
+from service.db import jsoncodec
+
+_LOCK_HEAD = "SELECT seq, hash FROM audit_heads WHERE chain = %s FOR UPDATE"
+_NEW_HEAD = "INSERT INTO audit_heads (chain, seq, hash) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING"
+_MOVE_HEAD = "UPDATE audit_heads SET seq = %s, hash = %s WHERE chain = %s"
+# WITH ORDINALITY ... ORDER BY: the rows take their serial ids in the order given, so that a request's
+# history and a chain's events read back in order by id, as an executemany inserts them.
+_HISTORY = """
+INSERT INTO request_events (request_id, state, at, detail)
+SELECT t.request_id, t.state, t.at, t.detail
+FROM unnest(%s::int[], %s::varchar[], %s::timestamptz[], %s::text[]) WITH ORDINALITY
+    AS t(request_id, state, at, detail, n)
+ORDER BY t.n
+"""
+_AUDIT_EVENTS = """
+INSERT INTO audit_events (chain, chain_seq, at, event_type, model_id, request_id, version_id, payload,
+    prev_hash, hash)
+SELECT %s, t.chain_seq, %s, t.event_type, t.model_id, t.request_id, t.version_id, t.payload, t.prev_hash, t.hash
+FROM unnest(%s::int[], %s::varchar[], %s::int[], %s::int[], %s::int[], %s::jsonb[], %s::varchar[],
+    %s::varchar[]) WITH ORDINALITY
+    AS t(chain_seq, event_type, model_id, request_id, version_id, payload, prev_hash, hash, n)
+ORDER BY t.n
+"""
+
+
+def jsonb(value: Any) -> Jsonb:
+    """A value for a JSONB column, encoded as the engine encodes it (:mod:`service.db.jsoncodec`)."""
+    return Jsonb(value, dumps=jsoncodec.dumps_bytes)
+
+
+def json_value(value: Mapping[str, Any] | None) -> Json | None:
+    """A value for a JSON column (the bucket manifests: models.training, models.statistics,
+    datasets.arrays), encoded as the engine encodes it."""
+    return None if value is None else Json(value, dumps=jsoncodec.dumps_bytes)
+
+
+def lock_chain_head(conn: Connection[Any], chain: str, *, create: bool = True) -> Cursor[Any]:
+    """In a pipeline: the audit chain's head, locked until the transaction ends (read it with
+    :func:`chain_head`). ``create``: a chain with no event yet gets its genesis head first (a conflict
+    with an existing head does nothing and waits for nothing)."""
+    if create:
+        conn.execute(_NEW_HEAD, (chain, GENESIS))
+    return conn.execute(_LOCK_HEAD, (chain,))
+
+
+def chain_head(chain: str, row: Any) -> ChainHead:
+    """The head :func:`lock_chain_head` read (with ``create``, it exists)."""
+    if row is None:
+        raise LookupError(f"the audit chain {chain} has no head")
+    return ChainHead(chain, int(row[0]), str(row[1]))
+
+
+def append_events(conn: Connection[Any], head: ChainHead, events: list[dict[str, Any]], at: datetime) -> None:
+    """Append ``events`` (event_type, model_id, request_id, version_id, payload) to ``head``'s chain,
+    locked by this transaction, and move its head: two statements however many events
+    (:meth:`service.audit.repository.AuditRepository.append_many` on the session)."""
+    if not events:
+        return
+    rows = chain_rows(head, events, at)
+    conn.execute(
+        _AUDIT_EVENTS,
+        (
+            head.chain,
+            at,
+            [r["chain_seq"] for r in rows],
+            [r["event_type"] for r in rows],
+            [r["model_id"] for r in rows],
+            [r["request_id"] for r in rows],
+            [r["version_id"] for r in rows],
+            [jsonb(r["payload"]) for r in rows],
+            [r["prev_hash"] for r in rows],
+            [r["hash"] for r in rows],
+        ),
+    )
+    conn.execute(_MOVE_HEAD, (head.seq, head.hash, head.chain))
+
+
+def insert_history(conn: Connection[Any], rows: Sequence[tuple[int, str, datetime, str | None]]) -> None:
+    """(request id, state, at, detail) rows of requests' state history, in this order."""
+    if rows:
+        request_ids, states, ats, details = (list(column) for column in zip(*rows, strict=True))
+        conn.execute(_HISTORY, (request_ids, states, ats, details))

@@ -1,0 +1,222 @@
+"""A batch of deletion submissions on Postgres: the intake's transaction in two round trips.
+
+:class:`service.deletions.intake.DeletionIntake` commits every waiting submission in one transaction:
+claim their Idempotency-Keys, check each request against its model's remaining samples, insert the
+requests, their subject hashes, their history and their audit events, store each key's answer. Through
+the repositories that was about ten statements, each a round trip (``bench/README.md``, item 29). Here
+(:mod:`service.db.postgres`) one pipeline claims the keys and reads, for each model, its row, the named
+owners' and samples' remaining rows, the ids the new requests will take and its requests chain's head
+(locked); the requests are then checked and planned in memory by the portable path's own
+:func:`service.deletions.service.plan_submissions`; a second pipeline writes everything. Requests naming
+graph items (edges, node features, graphs) take the portable path, which checks them against the stored
+graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg import Connection, Cursor
+
+from service import metrics
+from service.audit.repository import ChainHead
+from service.audit.service import requests_chain
+from service.db.postgres import append_events, chain_head, insert_history, jsonb, lock_chain_head
+from service.deletions.schemas import DeletionAccepted, DeletionIn
+from service.deletions.service import SubmissionPlan, check_accepting, named_subjects, plan_submissions
+from service.errors import ApiError
+from service.subjects import SubjectHasher
+
+_CLAIM_KEYS = """
+INSERT INTO idempotency_keys (scope, key, fingerprint, status, created_at, expires_at)
+SELECT t.scope, t.key, t.fingerprint, 'in_flight', %s, %s
+FROM unnest(%s::varchar[], %s::varchar[], %s::varchar[]) AS t(scope, key, fingerprint)
+ON CONFLICT DO NOTHING
+RETURNING scope, key
+"""
+_COMPLETE_KEYS = """
+UPDATE idempotency_keys SET status = 'done', response_status = t.status, response_body = t.body
+FROM unnest(%s::varchar[], %s::varchar[], %s::int[], %s::jsonb[]) AS t(scope, key, status, body)
+WHERE idempotency_keys.scope = t.scope AND idempotency_keys.key = t.key
+"""
+_MODEL = "SELECT id, status, error, eta_seconds, finished_at FROM models WHERE id = %s"
+_OWNER_SAMPLES = "SELECT owner_id, sample_id FROM samples WHERE model_id = %s AND owner_id = ANY(%s)"
+_SAMPLE_OWNERS = "SELECT sample_id, owner_id FROM samples WHERE model_id = %s AND sample_id = ANY(%s)"
+_ERASED_AMONG = (
+    "SELECT subject_hash, request_id FROM erased_subjects WHERE model_id = %s AND subject_hash = ANY(%s)"
+)
+_REQUEST_IDS = "SELECT nextval(pg_get_serial_sequence('deletion_requests', 'id')) FROM generate_series(1, %s)"
+_INSERT_REQUESTS = """
+INSERT INTO deletion_requests (id, model_id, state, subjects, num_samples, callback_url, callback_attempts,
+    expected_by, created_at, updated_at)
+SELECT * FROM unnest(%s::int[], %s::int[], %s::varchar[], %s::jsonb[], %s::int[], %s::text[], %s::int[],
+    %s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
+"""
+_INSERT_SUBJECTS = """
+INSERT INTO request_subjects (request_id, subject_hash, kind)
+SELECT * FROM unnest(%s::int[], %s::varchar[], %s::varchar[])
+"""
+
+
+@dataclass
+class ModelFacts:
+    """What accepting deletions reads of a model's row (:func:`check_accepting`, the SLA's estimate)."""
+
+    id: int
+    status: str
+    error: str | None
+    eta_seconds: float | None
+    finished_at: datetime | None
+
+
+@dataclass
+class _ModelReads:
+    """One model's answers from the first pipeline."""
+
+    model: Cursor[Any]
+    owners: Cursor[Any] | None
+    samples: Cursor[Any] | None
+    ids: Cursor[Any]
+    head: Cursor[Any]
+
+
+@dataclass
+class _Accepting:
+    """One model's part of the batch, once read: its facts, its remaining named subjects, the request
+    ids drawn for it, its chain head, and the plans made so far."""
+
+    model: ModelFacts | None
+    owner_samples: dict[str, list[str]]
+    sample_owner: dict[str, str]
+    ids: list[int]
+    head: ChainHead | None
+    plans: list[tuple[SubmissionPlan, list[int]]] = field(default_factory=list)
+
+
+class PostgresSubmissions:
+    """The statements of one intake batch: :meth:`read`, then :meth:`accept` per model, then :meth:`write`."""
+
+    def __init__(self, conn: Connection[Any], hasher: SubjectHasher, sla_seconds: float) -> None:
+        self._conn = conn
+        self._hasher = hasher
+        self._sla = sla_seconds
+        self._models: dict[int, _Accepting] = {}
+
+    def read(
+        self,
+        keys: Sequence[tuple[str, str, str]],
+        created_at: datetime,
+        expires_at: datetime,
+        bodies_by_model: dict[int, list[DeletionIn]],
+    ) -> set[tuple[str, str]]:
+        """Claim ``keys`` ((scope, key, fingerprint), new ones in flight) and read what accepting
+        ``bodies_by_model`` needs; returns the (scope, key) pairs claimed."""
+        conn = self._conn
+        scopes, names, fingerprints = (list(column) for column in zip(*keys, strict=True))
+        reads: dict[int, _ModelReads] = {}
+        with conn.pipeline():
+            claimed = conn.execute(_CLAIM_KEYS, (created_at, expires_at, scopes, names, fingerprints))
+            for model_id, bodies in bodies_by_model.items():
+                owners, samples = named_subjects(bodies)
+                reads[model_id] = _ModelReads(
+                    model=conn.execute(_MODEL, (model_id,)),
+                    owners=conn.execute(_OWNER_SAMPLES, (model_id, owners)) if owners else None,
+                    samples=conn.execute(_SAMPLE_OWNERS, (model_id, samples)) if samples else None,
+                    ids=conn.execute(_REQUEST_IDS, (len(bodies),)),
+                    # No genesis head here: the model may not exist. Its first request creates it (write).
+                    head=lock_chain_head(conn, requests_chain(model_id), create=False),
+                )
+        for model_id, read in reads.items():
+            row = read.model.fetchone()
+            owner_samples: dict[str, list[str]] = {}
+            for owner, sample in read.owners.fetchall() if read.owners is not None else []:
+                owner_samples.setdefault(owner, []).append(sample)
+            head = read.head.fetchone()
+            self._models[model_id] = _Accepting(
+                model=ModelFacts(*row) if row is not None else None,
+                owner_samples=owner_samples,
+                sample_owner=dict(read.samples.fetchall()) if read.samples is not None else {},
+                ids=[int(r[0]) for r in read.ids.fetchall()],
+                head=chain_head(requests_chain(model_id), head) if head is not None else None,
+            )
+        return {(scope, key) for scope, key in claimed.fetchall()}
+
+    def accept(self, model_id: int, bodies: list[DeletionIn]) -> list[DeletionAccepted | ApiError]:
+        """:func:`service.deletions.service.submit_many`'s answers for ``bodies`` (ApiError raised for the
+        model itself: unknown, deleted, failed), from what :meth:`read` read; written by :meth:`write`."""
+        accepting = self._models[model_id]
+        check_accepting(accepting.model, model_id)
+        plan = plan_submissions(
+            self._hasher,
+            accepting.model,
+            bodies,
+            accepting.owner_samples,
+            accepting.sample_owner,
+            lambda hashes: self._erased_among(model_id, hashes),
+            self._sla,
+        )
+        ids, accepting.ids = accepting.ids[: len(plan.accepted)], accepting.ids[len(plan.accepted) :]
+        accepting.plans.append((plan, ids))
+        return plan.results(ids)
+
+    def _erased_among(self, model_id: int, hashes: list[str]) -> dict[str, int | None]:
+        """Which of ``hashes`` the model erased, and by which request (only when a named id is missing)."""
+        return dict(self._conn.execute(_ERASED_AMONG, (model_id, hashes)).fetchall())
+
+    def write(self, answers: Sequence[tuple[str, str, int, dict[str, Any]]]) -> int:
+        """Insert the accepted requests with their subjects, history and audit events, and store each
+        key's answer ((scope, key, status, body)); returns how many requests were accepted."""
+        conn = self._conn
+        heads = {model_id: self._head(model_id) for model_id, a in self._models.items() if _accepted(a)}
+        accepted = 0
+        with conn.pipeline():
+            for model_id, accepting in self._models.items():
+                for plan, ids in accepting.plans:
+                    if plan.accepted:
+                        _insert_requests(conn, plan, ids)
+                        insert_history(conn, plan.history(ids))
+                        append_events(conn, heads[model_id], plan.events(ids), plan.now)
+                        accepted += len(ids)
+            if answers:
+                scopes, keys, statuses, bodies = (list(column) for column in zip(*answers, strict=True))
+                conn.execute(_COMPLETE_KEYS, (scopes, keys, statuses, [jsonb(b) for b in bodies]))
+        metrics.DELETIONS_RECEIVED.inc(accepted)
+        return accepted
+
+    def _head(self, model_id: int) -> ChainHead:
+        """The model's requests chain head, locked; created at genesis for the model's first request."""
+        accepting = self._models[model_id]
+        if accepting.head is None:
+            chain = requests_chain(model_id)
+            accepting.head = chain_head(chain, lock_chain_head(self._conn, chain).fetchone())
+        return accepting.head
+
+
+def _accepted(accepting: _Accepting) -> bool:
+    return any(plan.accepted for plan, _ in accepting.plans)
+
+
+def _insert_requests(conn: Connection[Any], plan: SubmissionPlan, ids: list[int]) -> None:
+    rows = plan.rows()
+    conn.execute(
+        _INSERT_REQUESTS,
+        (
+            ids,
+            [r["model_id"] for r in rows],
+            [r["state"] for r in rows],
+            [jsonb(r["subjects"]) for r in rows],
+            [r["num_samples"] for r in rows],
+            [r["callback_url"] for r in rows],
+            [r["callback_attempts"] for r in rows],
+            [r["expected_by"] for r in rows],
+            [r["created_at"] for r in rows],
+            [r["updated_at"] for r in rows],
+        ),
+    )
+    subjects = plan.subjects(ids)
+    if subjects:
+        request_ids, hashes, kinds = (list(column) for column in zip(*subjects, strict=True))
+        conn.execute(_INSERT_SUBJECTS, (request_ids, hashes, kinds))

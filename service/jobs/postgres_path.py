@@ -1,0 +1,405 @@
+"""The bookkeeping of an update round on Postgres: a few plain statements, pipelined.
+
+Once ``method.forget`` has run and its blobs are written, a round records, in the transaction that holds
+the model lock: the new version, the model's pointers and manifests, the source dataset's manifest, the
+artifact references of both, the superseded version's purge, the ledger charge, the tombstones, the
+removal of the forgotten samples' rows, the requests' state and history, and the audit events. Through
+the ORM unit of work and SQLAlchemy that was some 18 statements, each a round trip, and about two thirds
+of the round's CPU (``bench/README.md``, items 18 to 21 and 29). Here they run as psycopg statements on
+the session's own connection (so in the same transaction, and everything the unit of work still holds,
+such as a failed request's state, is flushed at its commit as before), in pipeline mode: two round trips,
+one for the three reads whose answers the writes need (the dataset's row, the version's id, the audit
+chain's head) and one for all the writes.
+
+The values written are those of the portable path (:func:`service.jobs.versions.record_version`,
+:func:`~service.jobs.versions.erase_from_source`, :func:`service.jobs.updates.record_erasure`,
+:func:`service.jobs.updates.mark_applied`), computed by the same helpers; SQLite keeps that path.
+``tests/integration`` runs every deletion scenario on Postgres, so through this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from psycopg import Connection
+from sqlalchemy.orm.attributes import set_committed_value
+
+from service.audit.service import completions_chain, model_chain, request_version_events
+from service.db import jsoncodec
+from service.db.base import utcnow
+from service.db.postgres import append_events, chain_head, insert_history, json_value, jsonb, lock_chain_head
+from service.db.tables import Model, ModelVersion
+from service.deletions.repository import Completed
+from service.jobs.plans import Batch, tombstones
+from service.jobs.versions import (
+    Release,
+    blobs_of,
+    dataset_arrays_after,
+    dataset_holder,
+    model_holder,
+    row_count,
+    version_blobs,
+)
+from service.storage.buckets import digests
+from service.storage.refs import COLLECTION_LOCK_KEY
+from unlearning.methods.protocol import ForgetRequest
+
+if TYPE_CHECKING:
+    from service.db.uow import UnitOfWork
+    from service.jobs.state import BlobCache
+    from service.subjects import SubjectHasher
+
+# The dataset row, locked; its manifest is read only when it differs from the model's (the usual case is
+# that the two hold the same buckets, and then the model's, already loaded, stands for it).
+_LOCK_DATASET = """
+SELECT d.num_rows, d.erased_rows, d.arrays IS NULL,
+       CASE WHEN d.arrays::text IS NOT DISTINCT FROM m.training::text THEN NULL ELSE d.arrays::text END
+FROM datasets d JOIN models m ON m.id = %(model_id)s
+WHERE d.id = %(dataset_id)s
+FOR UPDATE OF d
+"""
+_NEXT_VERSION_ID = "SELECT nextval(pg_get_serial_sequence('model_versions', 'id'))"
+_OWNERS_LEFT = """
+SELECT DISTINCT owner_id FROM samples
+WHERE model_id = %s AND owner_id = ANY(%s) AND NOT (sample_id = ANY(%s))
+"""
+
+_RELEASE_REFS = "DELETE FROM artifact_refs WHERE holder = %s AND blob = ANY(%s)"
+_HOLD_REFS = """
+INSERT INTO artifact_refs (blob, holder, created_at) SELECT unnest(%s::varchar[]), %s, %s
+ON CONFLICT DO NOTHING
+"""
+_INSERT_VERSION = """
+INSERT INTO model_versions (id, model_id, seq, kind, parent_id, budget_epoch, released_blob, clean_blob,
+    released_sha256, spec, certificate, accounting, artifacts, num_forgotten, train_size, request_count,
+    garbage, created_at)
+VALUES (%(id)s, %(model_id)s, %(seq)s, %(kind)s, %(parent_id)s, %(budget_epoch)s, %(released_blob)s,
+    %(clean_blob)s, %(released_sha256)s, %(spec)s, %(certificate)s, %(accounting)s, %(artifacts)s,
+    %(num_forgotten)s, %(train_size)s, %(request_count)s, %(garbage)s, %(created_at)s)
+"""
+_MOVE_MODEL = """
+UPDATE models SET current_version_id = %s, training = %s, train_size = %s, statistics = %s, updated_at = %s
+WHERE id = %s
+"""
+# Through the partial index ix_model_versions_unpurged: the previous version alone, however long the history.
+_PURGE_SUPERSEDED = """
+UPDATE model_versions SET released_blob = NULL, clean_blob = NULL, artifacts = '{}', weights_purged_at = %s
+WHERE model_id = %s AND id <> %s AND weights_purged_at IS NULL
+"""
+_MOVE_DATASET = "UPDATE datasets SET arrays = %s, num_rows = %s, erased_rows = %s WHERE id = %s"
+_CHARGE = """
+INSERT INTO ledger_entries (model_id, budget_epoch, kind, version_id, budget_unit, budget_cap, charge,
+    spent, deletions, created_at)
+VALUES (%s, %s, 'charge', %s, %s, %s, %s, %s, %s, %s)
+"""
+_DELETE_SAMPLES = "DELETE FROM samples WHERE model_id = %s AND sample_id = ANY(%s)"
+_TOMBSTONES = """
+INSERT INTO erased_subjects (model_id, subject_hash, kind, budget_epoch, request_id, erased_at)
+SELECT %s, t.subject_hash, t.kind, %s, t.request_id, %s
+FROM unnest(%s::varchar[], %s::varchar[], %s::int[]) AS t(subject_hash, kind, request_id)
+ON CONFLICT DO NOTHING
+"""
+_MARK_APPLIED = """
+UPDATE deletion_requests SET state = 'applied', version_id = %s, updated_at = %s WHERE id = ANY(%s)
+"""
+
+
+@dataclass
+class UnlearnedVersion:
+    """What a round records, as the caller computed it."""
+
+    model: Model  # locked by the round, as loaded
+    previous: ModelVersion  # the version the round started from
+    release: Release
+    batch: Batch
+    forgotten: Mapping[str, str]  # sample id -> owner id
+    emptied: Collection[str]  # owners named whole with nothing left (service.jobs.updates.emptied_owners)
+    request: ForgetRequest
+    charge: dict[str, Any]  # the ledger entry's budget_unit, budget_cap, charge, spent
+    claimed_at: datetime
+
+
+@dataclass
+class _SourceDataset:
+    """The locked dataset row: its counts and its manifest (None: every row erased already)."""
+
+    num_rows: int
+    erased_rows: int
+    arrays: dict[str, Any] | None
+
+
+def record_unlearned_version(
+    conn: Connection[Any],
+    uow: UnitOfWork,
+    cache: BlobCache,
+    hasher: SubjectHasher,
+    round_: UnlearnedVersion,
+    created_event: Any,
+) -> ModelVersion:
+    """Record the round's version (see the module's docstring); returns its row (not in the session).
+
+    ``created_event(version_id, seq)``: the ``version.created`` audit event. The new references' blobs
+    join ``uow.refs.held``, which the unit of work's commit checks are still stored."""
+    model, previous = round_.model, round_.previous
+    chain = model_chain(model.id)
+    owners = {o for o in round_.forgotten.values() if o}
+    undecided = sorted(owners - set(round_.emptied))
+    with conn.pipeline():
+        dataset_cur = conn.execute(_LOCK_DATASET, {"model_id": model.id, "dataset_id": model.dataset_id})
+        version_cur = conn.execute(_NEXT_VERSION_ID)
+        head_cur = lock_chain_head(conn, chain)
+        left_cur = (
+            conn.execute(_OWNERS_LEFT, (model.id, undecided, list(round_.forgotten))) if undecided else None
+        )
+    source = _source_dataset(dataset_cur.fetchone(), model)
+    version_row = version_cur.fetchone()
+    assert version_row is not None
+    version_id = int(version_row[0])
+    head = chain_head(chain, head_cur.fetchone())
+    owners_left = {row[0] for row in left_cur.fetchall()} if left_cur is not None else set()
+
+    now = utcnow()
+    release = round_.release
+    old_blobs = digests(model.training) | digests(model.statistics) | version_blobs(previous)
+    new_blobs = blobs_of(release)
+    dataset_arrays = _dataset_after(cache, source, model, round_)
+    erased = tombstones(hasher, model.id, round_.batch, round_.forgotten, owners_left, model.budget_epoch)
+    request_ids = [p.request.id for p in round_.batch.plans]
+    seq = previous.seq + 1
+    events = [
+        created_event(version_id, seq),
+        *request_version_events("deletion.applied", model.id, version_id, seq, request_ids),
+    ]
+    garbage = old_blobs - new_blobs
+    version = ModelVersion(
+        id=version_id,
+        model_id=model.id,
+        seq=seq,
+        kind="unlearned",
+        parent_id=previous.id,
+        budget_epoch=model.budget_epoch,
+        released_blob=release.released_blob,
+        clean_blob=release.clean_blob,
+        released_sha256=release.released_blob,
+        spec=release.spec,
+        certificate=release.certificate,
+        accounting=release.accounting,
+        artifacts=release.artifacts,
+        num_forgotten=len(round_.forgotten),
+        train_size=release.train_size,
+        request_count=len(request_ids),
+        created_at=now,
+    )
+    with conn.pipeline():
+        _swap_refs(conn, model_holder(model.id), old_blobs, new_blobs, now)
+        if source.arrays is not None and dataset_arrays != source.arrays:
+            garbage |= _move_dataset(conn, cache, model.dataset_id, source, dataset_arrays, now)
+            uow.refs.held.update(digests(dataset_arrays) - digests(source.arrays))
+        version.garbage = sorted(garbage)
+        conn.execute(_INSERT_VERSION, _version_params(version))
+        conn.execute(
+            _MOVE_MODEL,
+            (
+                version_id,
+                json_value(release.training),
+                release.train_size,
+                json_value(release.statistics),
+                now,
+                model.id,
+            ),
+        )
+        conn.execute(_PURGE_SUPERSEDED, (now, model.id, version_id))
+        charge = round_.charge
+        conn.execute(
+            _CHARGE,
+            (model.id, model.budget_epoch, version_id, charge["budget_unit"], charge["budget_cap"],
+             charge["charge"], charge["spent"], len(round_.forgotten), now),
+        )  # fmt: skip
+        conn.execute(_DELETE_SAMPLES, (model.id, list(round_.forgotten)))
+        conn.execute(
+            _TOMBSTONES,
+            (model.id, model.budget_epoch, erased[0]["erased_at"] if erased else now,
+             [r["subject_hash"] for r in erased], [r["kind"] for r in erased], [r["request_id"] for r in erased]),
+        )  # fmt: skip
+        conn.execute(_MARK_APPLIED, (version_id, now, request_ids))
+        history: list[tuple[int, str, datetime, str | None]] = [
+            (rid, "applying", round_.claimed_at, None) for rid in request_ids
+        ]
+        history += [(rid, "applied", now, f"version {seq}") for rid in request_ids]
+        insert_history(conn, history)
+        append_events(conn, head, events, now)
+    uow.refs.held.update(new_blobs - old_blobs)
+    _point_model(model, version_id, release)
+    return version
+
+
+def _source_dataset(row: Any, model: Model) -> _SourceDataset:
+    """The locked dataset's row; its manifest read back, or the model's when the two are the same text."""
+    if row is None:
+        return _SourceDataset(0, 0, None)
+    num_rows, erased_rows, empty, text = row
+    if empty:
+        arrays = None
+    elif text is None:
+        arrays = dict(model.training) if model.training is not None else None
+    else:
+        arrays = jsoncodec.loads(text)
+    return _SourceDataset(int(num_rows), int(erased_rows), arrays)
+
+
+def _dataset_after(
+    cache: BlobCache, source: _SourceDataset, model: Model, round_: UnlearnedVersion
+) -> dict[str, Any] | None:
+    if source.arrays is None:
+        return None
+    return dataset_arrays_after(
+        cache,
+        source.arrays,
+        round_.forgotten,
+        old_training=model.training,
+        new_training=round_.release.training,
+        request=round_.request,
+    )
+
+
+def _swap_refs(conn: Connection[Any], holder: str, old: set[str], new: set[str], now: datetime) -> None:
+    """``holder`` stops holding ``old - new`` and holds ``new - old``."""
+    if old - new:
+        conn.execute(_RELEASE_REFS, (holder, sorted(old - new)))
+    if new - old:
+        conn.execute(_HOLD_REFS, (sorted(new - old), holder, now))
+
+
+def _move_dataset(
+    conn: Connection[Any],
+    cache: BlobCache,
+    dataset_id: int,
+    source: _SourceDataset,
+    arrays: dict[str, Any] | None,
+    now: datetime,
+) -> set[str]:
+    """Point the dataset at ``arrays`` and recount its rows (as
+    :func:`service.jobs.versions.replace_dataset_arrays`); returns the blobs it stopped holding."""
+    old, new = digests(source.arrays), digests(arrays)
+    _swap_refs(conn, dataset_holder(dataset_id), old, new, now)
+    remaining = row_count(cache, arrays)
+    erased = source.erased_rows + max(source.num_rows - remaining, 0)
+    conn.execute(_MOVE_DATASET, (json_value(arrays), remaining, erased, dataset_id))
+    return old - new
+
+
+def _version_params(version: ModelVersion) -> dict[str, Any]:
+    return {
+        "id": version.id,
+        "model_id": version.model_id,
+        "seq": version.seq,
+        "kind": version.kind,
+        "parent_id": version.parent_id,
+        "budget_epoch": version.budget_epoch,
+        "released_blob": version.released_blob,
+        "clean_blob": version.clean_blob,
+        "released_sha256": version.released_sha256,
+        "spec": jsonb(version.spec),
+        "certificate": jsonb(version.certificate),
+        "accounting": jsonb(version.accounting),
+        "artifacts": jsonb(version.artifacts),
+        "num_forgotten": version.num_forgotten,
+        "train_size": version.train_size,
+        "request_count": version.request_count,
+        "garbage": jsonb(version.garbage),
+        "created_at": version.created_at,
+    }
+
+
+def _point_model(model: Model, version_id: int, release: Release) -> None:
+    """The loaded model row as this transaction left it, without marking it changed (the statements
+    above wrote it; a flush of the unit of work must not write it again)."""
+    set_committed_value(model, "current_version_id", version_id)
+    set_committed_value(model, "training", release.training)
+    set_committed_value(model, "train_size", release.train_size)
+    set_committed_value(model, "statistics", release.statistics)
+
+
+# -- the completion ------------------------------------------------------------------------------
+
+_CURRENT_VERSION = "SELECT current_version_id FROM models WHERE id = %s"
+_LOCK_APPLIED = """
+SELECT id, callback_url, created_at FROM deletion_requests
+WHERE model_id = %s AND state = 'applied' AND version_id = %s
+ORDER BY id
+FOR UPDATE
+"""
+_COLLECTION_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+_STILL_HELD = "SELECT DISTINCT blob FROM artifact_refs WHERE blob = ANY(%s)"
+_MARK_COMPLETED = """
+UPDATE deletion_requests SET state = 'completed', completed_at = %s, subjects = NULL, updated_at = %s
+WHERE id = ANY(%s)
+"""
+_CALLBACKS_PENDING = "UPDATE deletion_requests SET callback_state = 'pending' WHERE id = ANY(%s)"
+
+
+@dataclass
+class Completion:
+    """What a completion did: the requests it completed (oldest first) and when."""
+
+    requests: list[Completed]
+    at: datetime
+
+
+def complete_version(
+    conn: Connection[Any],
+    uow: UnitOfWork,
+    serve: Callable[[ModelVersion], None],
+    collect: Callable[[set[str]], None],
+    model_id: int,
+    version: ModelVersion,
+) -> Completion | None:
+    """:func:`service.jobs.completion.finish` on Postgres, in two round trips and the commit's. First
+    the model's current version, then the locks in the portable path's order (the version's applied
+    requests, the completions chain's head, and the collection lock when the version left garbage) and
+    which garbage blobs no reference holds; ``serve`` publishes the current version and ``collect``
+    deletes those blobs; then, stamped after the unlinks, the requests' states, history and audit
+    events. None: the model is gone or has no version."""
+    chain = completions_chain(model_id)
+    with conn.pipeline():
+        current_cur = conn.execute(_CURRENT_VERSION, (model_id,))
+        applied_cur = conn.execute(_LOCK_APPLIED, (model_id, version.id))
+        head_cur = lock_chain_head(conn, chain)
+        held_cur = None
+        if version.garbage:
+            conn.execute(_COLLECTION_LOCK, (COLLECTION_LOCK_KEY,))
+            held_cur = conn.execute(_STILL_HELD, (list(version.garbage),))
+    current_row = current_cur.fetchone()
+    if current_row is None or current_row[0] is None:
+        return None
+    requests = [Completed(*row) for row in applied_cur.fetchall()]
+    head = chain_head(chain, head_cur.fetchone())
+    current = version
+    if current_row[0] != version.id:
+        # A newer version already exists; it excludes these subjects too, and it is what gets served.
+        current = uow.models.version(int(current_row[0])) or version
+    serve(current)
+    if held_cur is not None:
+        collect(set(version.garbage) - {row[0] for row in held_cur.fetchall()})
+    now = utcnow()
+    if not requests:
+        return Completion(requests, now)
+    ids = [r.id for r in requests]
+    called = [r.id for r in requests if r.callback_url]
+    with conn.pipeline():
+        conn.execute(_MARK_COMPLETED, (now, now, ids))
+        insert_history(conn, [(rid, "completed", now, None) for rid in ids])
+        if called:
+            conn.execute(_CALLBACKS_PENDING, (called,))
+        append_events(
+            conn,
+            head,
+            request_version_events("deletion.completed", model_id, version.id, version.seq, ids),
+            now,
+        )
+    for request_id in called:
+        uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
+    return Completion(requests, now)
