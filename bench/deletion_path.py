@@ -77,8 +77,8 @@ class PhaseTimer:
             self._round_trips += 1
             return pipeline(conn)
 
-        psycopg.Connection.execute = counted_execute  # type: ignore[method-assign]
-        psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign]
+        psycopg.Connection.execute = counted_execute  # type: ignore[method-assign,assignment]
+        psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign,assignment]
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -37,9 +37,7 @@ TRAINING_SECONDS = Histogram(
     buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
 )
 CALLBACKS = Counter(
-    "lethe_callbacks_total",
-    "Callback delivery attempts (outcome: ok, error, refused by the address check)",
-    ["outcome"],
+    "lethe_callbacks_total", "Callback delivery attempts (outcome: ok, error, refused by the address check)", ["outcome"]
 )
 HOT_STORE_REBUILDS = Counter("lethe_hot_store_rebuilds_total", "Rebuilds of Redis state from durable stores")
 OUTBOX_PENDING = Gauge("lethe_outbox_pending", "Outbox messages not yet published")

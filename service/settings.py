@@ -113,9 +113,7 @@ class Settings(BaseSettings):
     def _artifact_url_parses(self) -> Settings:
         if self.artifact_url:  # an empty value (a compose file's ${VAR:-}) means unset
             if self.artifact_dir is not None:
-                raise ValueError(
-                    "set LETHE_ARTIFACT_URL or LETHE_ARTIFACT_DIR, not both: blobs live in one store"
-                )
+                raise ValueError("set LETHE_ARTIFACT_URL or LETHE_ARTIFACT_DIR, not both: blobs live in one store")
             parse_s3_url(self.artifact_url)
         return self
 

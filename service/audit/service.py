@@ -153,9 +153,7 @@ def verify_events(
             f"the chain ends at event {count} but its head says {head_seq}: events were removed", count + 1
         )
     if anchors and max(anchors) > count:
-        return bad(
-            f"an anchor names event {max(anchors)}, the chain has {count}: events were removed", count + 1
-        )
+        return bad(f"an anchor names event {max(anchors)}, the chain has {count}: events were removed", count + 1)
     return ChainReport(chain, count, head_seq, head_hash, True)
 
 

@@ -109,9 +109,7 @@ class BulkOut(BaseModel):
 
 class DatasetDeletionItem(BaseModel):
     model_id: int
-    status: int = Field(
-        description="202 when accepted, else the status the deletion on this model alone would have had"
-    )
+    status: int = Field(description="202 when accepted, else the status the deletion on this model alone would have had")
     id: int | None = None
     expected_by: datetime | None = None
     error: dict[str, Any] | None = None

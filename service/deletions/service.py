@@ -81,9 +81,7 @@ def fan_out_report(dataset_id: int, models: list[int], outcomes: list[Outcome]) 
         for m, o in zip(models, outcomes)
     ]
     accepted = sum(1 for item in items if item.status == 202)
-    report = DatasetDeletionOut(
-        dataset_id=dataset_id, accepted=accepted, rejected=len(items) - accepted, results=items
-    )
+    report = DatasetDeletionOut(dataset_id=dataset_id, accepted=accepted, rejected=len(items) - accepted, results=items)
     return (202 if accepted == len(items) else 207), report.model_dump(mode="json")
 
 

@@ -131,13 +131,8 @@ def _complete(
     uow.audit.append_many(
         model_chain(model_id),
         [
-            {
-                "event_type": "deletion.completed",
-                "model_id": model_id,
-                "request_id": r.id,
-                "version_id": None,
-                "payload": {"reason": "model_deleted"},
-            }
+            {"event_type": "deletion.completed", "model_id": model_id, "request_id": r.id, "version_id": None,
+             "payload": {"reason": "model_deleted"}}
             for r in requests
         ],
         head,

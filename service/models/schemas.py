@@ -140,8 +140,7 @@ class PredictIn(Strict):
 class Prediction(BaseModel):
     label: int = Field(description="The predicted class index")
     class_name: str | None = Field(
-        None,
-        description="The class's name, when the dataset's labels were names (its class_names); else null",
+        None, description="The class's name, when the dataset's labels were names (its class_names); else null"
     )
     probabilities: list[float] | None = Field(
         None,

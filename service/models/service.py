@@ -300,8 +300,7 @@ def _named(uow: UnitOfWork, model: Model, predictions: list[Prediction]) -> list
     if not names:
         return predictions
     return [
-        p.model_copy(update={"class_name": names[p.label] if p.label < len(names) else None})
-        for p in predictions
+        p.model_copy(update={"class_name": names[p.label] if p.label < len(names) else None}) for p in predictions
     ]
 
 

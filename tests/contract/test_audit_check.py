@@ -95,9 +95,7 @@ def test_a_ledger_or_served_weights_that_disagree_with_the_versions_fail_the_che
     assert "model 1:" not in capsys.readouterr().out.replace("model:1", "")
 
     with runtime.uow() as uow:  # the ledger charged less than the certificate says, and overspent
-        uow.session.execute(
-            text("PRAGMA ignore_check_constraints = ON")
-        )  # as a service that dropped it would
+        uow.session.execute(text("PRAGMA ignore_check_constraints = ON"))  # as a service that dropped it would
         entry = uow.session.scalars(select(LedgerEntry).where(LedgerEntry.kind == "charge")).one()
         entry.charge, entry.spent = entry.charge / 2, entry.budget_cap * 2
         uow.commit()

@@ -68,10 +68,7 @@ def test_a_name_resolving_to_an_internal_address_is_refused_at_delivery_without_
     assert status == 202, body
     deadline = time.monotonic() + 30
     # Until completion the callback has no state yet (None), then it is pending until its one attempt.
-    while (request := client.get(f"/v1/deletions/{body['id']}").json())["callback"]["state"] in (
-        None,
-        "pending",
-    ):
+    while (request := client.get(f"/v1/deletions/{body['id']}").json())["callback"]["state"] in (None, "pending"):
         assert time.monotonic() < deadline, request
         time.sleep(0.05)
     assert request["state"] == "completed"  # the deletion itself is not affected

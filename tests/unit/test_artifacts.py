@@ -26,7 +26,6 @@ def scoped(referenced: Callable[[list[str]], set[str]]) -> Referenced:
 
     return scope
 
-
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="fsync of directories is POSIX")
 
 

@@ -509,13 +509,10 @@ def test_mnist_subsets_paper_setting() -> None:
     assert mnist_subsets(1000, 400, seed=1)[0].sample_ids != train.sample_ids
 
 
-@pytest.mark.parametrize(
-    ("sample_ids", "owner_ids", "needle"),
-    [
-        (["a", "", "c"], ["u", "u", "v"], "sample id of row 1"),
-        (["a", "b", "c"], ["u", "v", ""], "owner id of row 2"),
-    ],
-)
+@pytest.mark.parametrize(("sample_ids", "owner_ids", "needle"), [
+    (["a", "", "c"], ["u", "u", "v"], "sample id of row 1"),
+    (["a", "b", "c"], ["u", "v", ""], "owner id of row 2"),
+])
 def test_an_empty_id_names_its_row(sample_ids: list[str], owner_ids: list[str], needle: str) -> None:
     with pytest.raises(InvalidDatasetError, match=needle):
         Dataset(tuple(sample_ids), tuple(owner_ids), np.zeros((3, 2)), np.array([0, 1, 0]), 2)

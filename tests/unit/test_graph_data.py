@@ -165,6 +165,7 @@ def test_node_graph_json_accepts_dense_features_and_rejects_bad_input() -> None:
         NodeGraph.from_json({**obj, "nodes": [{**obj["nodes"][0], "features": [1, 2]}]})
 
 
+
 def test_node_graph_json_infers_its_counts_and_names_what_is_missing() -> None:
     nodes = [
         {"id": "a", "label": 0, "split": "train", "features": [1, 0]},

@@ -17,9 +17,7 @@ json_values = st.recursive(
     | st.integers(min_value=-(2**80), max_value=2**80)  # beyond 64 bits: orjson refuses them
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=20,
 )
 

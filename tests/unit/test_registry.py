@@ -29,7 +29,5 @@ print(errors)
 
 def test_concurrent_first_lookups_all_find_the_method() -> None:
     for _ in range(3):
-        out = subprocess.run(
-            [sys.executable, "-c", RACE], cwd=ROOT, capture_output=True, text=True, check=True
-        )
+        out = subprocess.run([sys.executable, "-c", RACE], cwd=ROOT, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == "[]", out.stdout + out.stderr
