@@ -7,14 +7,16 @@ JSON parsers and Postgres JSONB refuse.
 from __future__ import annotations
 
 import math
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 import torch
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats as "inf"/"-inf"/"nan", dict keys as strings, tuples as lists and
-    one-element tensors as numbers."""
+    """``value`` with non-finite floats as "inf"/"-inf"/"nan", dict keys as strings, tuples as lists,
+    dataclass instances as dicts of their fields and one-element tensors as numbers. Every container is
+    built anew, so the result shares no mutable part with ``value``."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, dict):
@@ -23,6 +25,8 @@ def json_safe(value: Any) -> Any:
         return [json_safe(v) for v in value]
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return json_safe(value.item())
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: json_safe(getattr(value, f.name)) for f in fields(value)}
     return value
 
 

@@ -95,6 +95,7 @@ INSERT INTO ledger_entries (model_id, budget_epoch, kind, version_id, budget_uni
     spent, deletions, created_at)
 VALUES (%s, %s, 'charge', %s, %s, %s, %s, %s, %s, %s)
 """
+_COMMIT_LOCK = "SELECT pg_advisory_xact_lock_shared(%s)"
 _DELETE_SAMPLES = "DELETE FROM samples WHERE model_id = %s AND sample_id = ANY(%s)"
 _TOMBSTONES = """
 INSERT INTO erased_subjects (model_id, subject_hash, kind, budget_epoch, request_id, erased_at)
@@ -231,6 +232,10 @@ def record_unlearned_version(
         history += [(rid, "applied", now, f"version {seq}") for rid in request_ids]
         insert_history(conn, history)
         append_events(conn, head, events, now)
+        # The commit's lock (service.storage.refs), taken here after every row lock, as the commit would,
+        # rather than in a round trip of its own.
+        conn.execute(_COMMIT_LOCK, (COLLECTION_LOCK_KEY,))
+    uow.refs.commit_locked = True
     uow.refs.held.update(new_blobs - old_blobs)
     _point_model(model, version_id, release)
     return version

@@ -55,6 +55,7 @@ class ArtifactRefRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.held: set[str] = set()  # blobs this transaction added references to
+        self.commit_locked = False  # the lock of lock_for_commit is held (taken by plain SQL, say)
 
     def hold(self, holder: str, blobs: Iterable[str]) -> None:
         rows = [{"blob": b, "holder": holder} for b in set(blobs)]
@@ -64,7 +65,9 @@ class ArtifactRefRepository:
 
     def lock_for_commit(self) -> None:
         """Shared with other writers, exclusive of collectors, until this transaction ends."""
-        self._lock("pg_advisory_xact_lock_shared")
+        if not self.commit_locked:
+            self._lock("pg_advisory_xact_lock_shared")
+            self.commit_locked = True
 
     def lock_for_collection(self) -> None:
         """Exclusive of writers' commits until this transaction ends; later statements of the

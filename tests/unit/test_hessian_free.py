@@ -230,3 +230,23 @@ def test_repair_is_labelled_uncertified_and_keeps_forgetting_consistent(data: Da
     assert torch.equal(later.state.released_weights, later.state.clean_weights)
     with pytest.raises(Exception, match="remaining samples"):
         method.repair(out.state, data, epochs=1, seed=4, privacy=CERTIFIED)  # type: ignore[attr-defined]
+
+
+def test_a_certificate_s_dict_is_asdict_made_json_safe_and_shares_nothing_with_it(data: Dataset) -> None:
+    from dataclasses import asdict
+
+    from unlearning.serialization import json_safe
+
+    method = get_method("hessian_free")
+    state, _ = method.fit(data, TINY, CERTIFIED, seed=2)
+    cert = method.forget(
+        state, ForgetRequest(sample_ids=data.sample_ids[:2]), noise_seed=3, privacy=CERTIFIED
+    ).certificate
+    cert = replace(
+        cert, budget_cap=float("inf"), inputs={**cert.inputs, "nested": {"xs": (1.0, float("-inf"))}}
+    )
+    as_dict = cert.to_dict()
+    assert as_dict == json_safe(asdict(cert))
+    assert as_dict["budget_cap"] == "inf" and as_dict["inputs"]["nested"]["xs"] == [1.0, "-inf"]
+    as_dict["inputs"]["nested"]["xs"].append(0.0)
+    assert cert.inputs["nested"]["xs"] == (1.0, float("-inf"))

@@ -56,3 +56,18 @@ def test_an_integer_beyond_64_bits_reads_back_exactly() -> None:
         document = json.dumps({"seed": number, "nested": [{"n": number}]})
         assert jsoncodec.loads(document) == {"seed": number, "nested": [{"n": number}]}
         assert type(jsoncodec.loads(document)["seed"]) is int
+
+
+def test_a_document_without_a_long_run_of_digits_is_not_walked(monkeypatch: Any) -> None:
+    """An integer beyond 64 bits needs 19 digits in a row: a manifest (hex digests, short counts) has no
+    such run, so its decoded values are not walked; one that has a run still is."""
+
+    def walked(_: Any) -> bool:
+        raise AssertionError("walked")
+
+    manifest = {"num_rows": 1000, "buckets": {"a1b2c3": "0f" * 32, "d4e5f6": "9e" * 32}, "scale": 1e300}
+    monkeypatch.setattr(jsoncodec, "_holds_huge_float", walked)
+    assert jsoncodec.loads(jsoncodec.dumps_bytes(manifest)) == manifest
+    assert jsoncodec.loads(jsoncodec.dumps_text(manifest)) == manifest
+    monkeypatch.undo()
+    assert jsoncodec.loads(b'{"n": 18446744073709551616}') == {"n": 18446744073709551616}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from unlearning.serialization import json_restore, json_safe
@@ -54,8 +54,10 @@ class Certificate:
         return max(self.budget_cap - self.budget_spent, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict (infinities become the strings "inf" so strict JSON parsers accept it)."""
-        return json_safe(asdict(self))
+        """A JSON-safe dict (infinities become the strings "inf" so strict JSON parsers accept it).
+        :func:`json_safe` builds every container anew: ``dataclasses.asdict``'s deep copy first would be
+        redundant, and cost a fifth of a millisecond per update round."""
+        return dict(json_safe(self))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
