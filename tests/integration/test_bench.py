@@ -39,12 +39,15 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     stages = figures["stage_p50_ms"]
     assert list(stages) == ["queued", "applying", "applied", "completed"]
     assert 0 < stages["queued"] <= stages["applying"] <= stages["applied"] <= stages["completed"]
-    # Where the CPU went (Linux /proc): the API and the worker did the work, nobody ran backwards.
+    # Where the CPU went (Linux /proc): the API and the worker did the work, nobody ran backwards. /proc
+    # counts each process's CPU in ticks of 10 ms: the burst's 40 deletions cost Postgres' backends a few
+    # milliseconds each, which can all round down, so only the offered load must show Postgres at work.
     for phase in ("offered_load", "burst"):
         cpu = figures["cpu_ms_per_request"][phase]
         assert {"api", "worker", "postgres", "redis", "load_generator"} <= set(cpu)
-        assert cpu["api"] > 0 and cpu["worker"] > 0 and cpu["postgres"] > 0
+        assert cpu["api"] > 0 and cpu["worker"] > 0
         assert all(v >= 0 for v in cpu.values())
+    assert figures["cpu_ms_per_request"]["offered_load"]["postgres"] > 0
     # Rounds: at least one version for the offered load, at most one per request; a round's CPU is the
     # per-request CPU times the requests per round.
     rounds = figures["versions_offered_load"]
