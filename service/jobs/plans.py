@@ -59,12 +59,22 @@ class Batch:
         return {s: p.request.id for p in self.plans for s in p.samples}
 
 
-def plan_requests(uow: UnitOfWork, model_id: int, requests: Sequence[DeletionRequest]) -> list[RequestPlan]:
-    """One plan per request, in order, against the model's remaining samples."""
-    owner_names = list(dict.fromkeys(o for r in requests for o in (r.subjects or {}).get("owner_ids", [])))
-    sample_names = list(dict.fromkeys(s for r in requests for s in (r.subjects or {}).get("sample_ids", [])))
-    owner_samples = uow.models.samples_of_owners(model_id, owner_names)
-    sample_owner = uow.models.owners_of(model_id, sample_names)
+def plan_requests(
+    uow: UnitOfWork,
+    model_id: int,
+    requests: Sequence[DeletionRequest],
+    owner_samples: Mapping[str, Sequence[str]] | None = None,
+    sample_owner: Mapping[str, str] | None = None,
+) -> list[RequestPlan]:
+    """One plan per request, in order, against the model's remaining samples: ``owner_samples`` (owner ->
+    remaining samples) and ``sample_owner`` (remaining sample -> owner) for at least the subjects the
+    requests name, when the caller read them already (:func:`service.jobs.postgres_path.lock_round`)."""
+    if owner_samples is None:
+        owner_names = list(dict.fromkeys(o for r in requests for o in (r.subjects or {}).get("owner_ids", [])))
+        owner_samples = uow.models.samples_of_owners(model_id, owner_names)
+    if sample_owner is None:
+        sample_names = list(dict.fromkeys(s for r in requests for s in (r.subjects or {}).get("sample_ids", [])))
+        sample_owner = uow.models.owners_of(model_id, sample_names)
     seen_owners: set[str] = set()
     covered: set[str] = set()
     plans = []

@@ -19,19 +19,22 @@ The values written are those of the portable path (:func:`service.jobs.versions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from psycopg import Connection
+from sqlalchemy import JSON
+from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
 from service.audit.service import completions_chain, model_chain, request_version_events
 from service.db import jsoncodec
-from service.db.base import utcnow
+from service.db.base import Base, table, utcnow
 from service.db.postgres import append_events, chain_head, insert_history, json_value, jsonb, lock_chain_head
-from service.db.tables import Model, ModelVersion
+from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.deletions.repository import Completed
 from service.jobs.plans import Batch, tombstones
 from service.jobs.versions import (
@@ -46,6 +49,8 @@ from service.jobs.versions import (
 from service.storage.buckets import digests
 from service.storage.refs import COLLECTION_LOCK_KEY
 from unlearning.methods.protocol import ForgetRequest
+
+_Row = TypeVar("_Row", bound=Base)
 
 if TYPE_CHECKING:
     from service.db.uow import UnitOfWork
@@ -106,6 +111,105 @@ ON CONFLICT DO NOTHING
 _MARK_APPLIED = """
 UPDATE deletion_requests SET state = 'applied', version_id = %s, updated_at = %s WHERE id = ANY(%s)
 """
+
+
+# -- the round's reads -----------------------------------------------------------------------------
+
+# The queued requests' named owners and samples that the model still holds: read with the locks, for the
+# plan (a superset of what the requests taken need when more are queued than a round takes).
+_NAMED_OWNERS = """
+SELECT s.owner_id, s.sample_id FROM samples s
+WHERE s.model_id = %(model_id)s AND s.owner_id IN (
+    SELECT jsonb_array_elements_text(r.subjects -> 'owner_ids') FROM deletion_requests r
+    WHERE r.model_id = %(model_id)s AND r.state = 'queued')
+"""
+_NAMED_SAMPLES = """
+SELECT s.sample_id, s.owner_id FROM samples s
+WHERE s.model_id = %(model_id)s AND s.sample_id IN (
+    SELECT jsonb_array_elements_text(r.subjects -> 'sample_ids') FROM deletion_requests r
+    WHERE r.model_id = %(model_id)s AND r.state = 'queued')
+"""
+
+
+@dataclass
+class LockedRound:
+    """What a round reads under the model lock: the model (None: unknown), its queued requests (oldest
+    first, locked), its current version (None: not trained) and, of the subjects those requests name, the
+    samples still there (owner -> samples, sample -> owner)."""
+
+    model: Model | None
+    requests: list[DeletionRequest]
+    version: ModelVersion | None
+    owner_samples: dict[str, list[str]] | None = None  # None: not read (the plan looks them up)
+    sample_owner: dict[str, str] | None = None
+
+
+def lock_round(conn: Connection[Any], session: Session, model_id: int, limit: int) -> LockedRound:
+    """The reads of :func:`service.jobs.updates.apply_batch` in one round trip: the model row locked as
+    :meth:`service.models.repository.ModelRepository.lock` locks it (``FOR NO KEY UPDATE``), the queued
+    requests as :meth:`service.deletions.repository.DeletionRepository.in_states` (``FOR UPDATE``), the
+    current version, and the named subjects' remaining samples. The rows become the session's objects
+    without a second query (:func:`adopt`), so what the round changes on them is flushed as before."""
+    with conn.pipeline():
+        model_cur = conn.execute(_SELECT_MODEL, (model_id,))
+        requests_cur = conn.execute(_SELECT_QUEUED, (model_id, limit))
+        version_cur = conn.execute(_SELECT_CURRENT_VERSION, (model_id,))
+        owners_cur = conn.execute(_NAMED_OWNERS, {"model_id": model_id})
+        samples_cur = conn.execute(_NAMED_SAMPLES, {"model_id": model_id})
+    model_row = model_cur.fetchone()
+    version_row = version_cur.fetchone()
+    owner_samples: dict[str, list[str]] = {}
+    for owner, sample in owners_cur.fetchall():
+        owner_samples.setdefault(owner, []).append(sample)
+    return LockedRound(
+        model=adopt(session, Model, model_row) if model_row is not None else None,
+        requests=[adopt(session, DeletionRequest, row) for row in requests_cur.fetchall()],
+        version=adopt(session, ModelVersion, version_row) if version_row is not None else None,
+        owner_samples=owner_samples,
+        sample_owner=dict(samples_cur.fetchall()),
+    )
+
+
+def _select(entity: type[Base]) -> str:
+    """Every column of ``entity``'s table, JSON columns as their text (decoded by :func:`adopt` as the
+    engine decodes them)."""
+    return ", ".join(
+        f"{c.name}::text" if isinstance(c.type, JSON) else c.name for c in table(entity).c
+    )
+
+
+_SELECT_MODEL = f"SELECT {_select(Model)} FROM models WHERE id = %s FOR NO KEY UPDATE"
+_SELECT_QUEUED = f"""
+SELECT {_select(DeletionRequest)} FROM deletion_requests
+WHERE model_id = %s AND state = 'queued' ORDER BY id LIMIT %s FOR UPDATE
+"""
+_SELECT_CURRENT_VERSION = f"""
+SELECT {_select(ModelVersion)} FROM model_versions
+WHERE id = (SELECT current_version_id FROM models WHERE id = %s)
+"""
+
+
+def adopt(session: Session, entity: type[_Row], row: Sequence[Any]) -> _Row:
+    """The object of ``entity`` whose columns are ``row`` (as :func:`_select` lists them), made a
+    persistent object of ``session`` without a query, as if the session had loaded it: changes to it are
+    flushed as UPDATEs. Values are decoded as the engine decodes them: JSON through
+    :mod:`service.db.jsoncodec`, timestamps as UTC. An object the session holds already is refreshed."""
+    values: dict[str, Any] = {}
+    for column, value in zip(table(entity).c, row, strict=True):
+        if value is not None and isinstance(column.type, JSON):
+            value = jsoncodec.loads(value)
+        elif isinstance(value, datetime):
+            value = value.astimezone(UTC)
+        values[column.name] = value
+    known = session.identity_map.get(identity_key(entity, values["id"]))
+    if known is not None:
+        for name, value in values.items():
+            set_committed_value(known, name, value)
+        return cast(_Row, known)
+    obj = entity(**values)
+    make_transient_to_detached(obj)
+    session.add(obj)
+    return obj
 
 
 @dataclass

@@ -30,7 +30,7 @@ from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.db.uow import UnitOfWork
 from service.jobs.completion import finish
 from service.jobs.plans import Batch, RequestPlan, plan_requests, tombstones
-from service.jobs.postgres_path import UnlearnedVersion, record_unlearned_version
+from service.jobs.postgres_path import LockedRound, UnlearnedVersion, lock_round, record_unlearned_version
 from service.jobs.state import (
     derive_seed,
     load_hot_statistics,
@@ -162,22 +162,22 @@ def apply_batch(rt: Runtime, model_id: int) -> tuple[bool, ModelVersion | None]:
     row as committed, so that the completion need not read it again)."""
     started = time.perf_counter()
     with rt.uow() as uow:
-        model = uow.models.lock(model_id)
+        locked = _lock_round(rt, uow, model_id)
+        model, requests, version = locked.model, locked.requests, locked.version
         if model is None or model.status != "ready" or model.current_version_id is None:
             return False, None
-        requests = uow.deletions.in_states(model_id, ["queued"], limit=rt.settings.max_batch)
         if not requests:
             return False, None
         claimed_at = utcnow()
         method = get_method(model.method)
-        version = uow.models.version(model.current_version_id)
         if version is None:
             raise RuntimeError(f"model {model_id} points at a missing version {model.current_version_id}")
         state, stats = load_state(rt.hot, rt.cache, rt.hasher, uow, model, version)
         remaining = (
             rt.cache.dataset(model.training) if method.needs_training_data and model.training else None
         )
-        take, wait, reason = _budget_prefix(method, model, state, plan_requests(uow, model_id, requests))
+        plans = plan_requests(uow, model_id, requests, locked.owner_samples, locked.sample_owner)
+        take, wait, reason = _budget_prefix(method, model, state, plans)
         noise_seed = derive_seed(model.seed, "noise", model_id, version.seq + 1)
         forgot = _forget(method, model, state, stats, take, noise_seed, remaining)
         if forgot.outcome is not None and (over := _over_budget(forgot.outcome)):
@@ -207,6 +207,21 @@ def apply_batch(rt: Runtime, model_id: int) -> tuple[bool, ModelVersion | None]:
     metrics.UPDATE_SECONDS.observe(time.perf_counter() - started)
     metrics.UPDATE_BATCH.observe(len(requests))
     return True, finished
+
+
+def _lock_round(rt: Runtime, uow: UnitOfWork, model_id: int) -> LockedRound:
+    """The model locked, its queued requests (locked, oldest first, none unless the model takes
+    updates) and its current version: one pipelined round trip on Postgres
+    (:func:`service.jobs.postgres_path.lock_round`), the repositories elsewhere."""
+    conn = uow.postgres_connection()
+    if conn is not None:
+        return lock_round(conn, uow.session, model_id, rt.settings.max_batch)
+    model = uow.models.lock(model_id)
+    if model is None or model.status != "ready" or model.current_version_id is None:
+        return LockedRound(model, [], None)
+    requests = uow.deletions.in_states(model_id, ["queued"], limit=rt.settings.max_batch)
+    version = uow.models.version(model.current_version_id) if requests else None
+    return LockedRound(model, requests, version)
 
 
 def _budget_prefix(
