@@ -1,15 +1,19 @@
-"""The bookkeeping of an update round on Postgres: a few plain statements, pipelined.
+"""A deletion's update round and completion on Postgres: a few plain statements, pipelined.
 
-Once ``method.forget`` has run and its blobs are written, a round records, in the transaction that holds
-the model lock: the new version, the model's pointers and manifests, the source dataset's manifest, the
-artifact references of both, the superseded version's purge, the ledger charge, the tombstones, the
-removal of the forgotten samples' rows, the requests' state and history, and the audit events. Through
-the ORM unit of work and SQLAlchemy that was some 18 statements, each a round trip, and about two thirds
-of the round's CPU (``bench/README.md``, items 18 to 21 and 29). Here they run as psycopg statements on
-the session's own connection (so in the same transaction, and everything the unit of work still holds,
-such as a failed request's state, is flushed at its commit as before), in pipeline mode: two round trips,
-one for the three reads whose answers the writes need (the dataset's row, the version's id, the audit
-chain's head) and one for all the writes.
+An update round (:func:`service.jobs.updates.apply_batch`) reads, under the model lock, the model, its
+queued requests, its current version and the named subjects' remaining samples (:func:`lock_round`);
+then, once ``method.forget`` has run and its blobs are written, records in the same transaction the new
+version, the model's pointers and manifests, the source dataset's manifest, the artifact references of
+both, the superseded version's purge, the ledger charge, the tombstones, the removal of the forgotten
+samples' rows, the requests' states and history and the audit events (:func:`record_unlearned_version`).
+Its completion (:func:`service.jobs.completion.finish`) serves the version, deletes its garbage and marks
+its requests completed (:func:`complete_version`). Through the ORM unit of work and SQLAlchemy that was
+some 30 statements, each a round trip, and about two thirds of the round's CPU (``bench/README.md``,
+items 18 to 21 and 29). Here they run as psycopg statements on the session's own connection (so in the
+same transaction: whatever the unit of work still holds, such as a failed request's state, is flushed at
+its commit as before), in pipeline mode (:mod:`service.db.postgres`): three round trips for the round
+(its reads; the reads whose answers the writes need: the dataset's row, the version's id, the audit
+chain's head; all the writes) and two for the completion.
 
 The values written are those of the portable path (:func:`service.jobs.versions.record_version`,
 :func:`~service.jobs.versions.erase_from_source`, :func:`service.jobs.updates.record_erasure`,
@@ -45,6 +49,7 @@ from service.jobs.versions import (
     model_holder,
     row_count,
     version_blobs,
+    version_of,
 )
 from service.storage.buckets import digests
 from service.storage.refs import COLLECTION_LOCK_KEY
@@ -279,31 +284,23 @@ def record_unlearned_version(
         *request_version_events("deletion.applied", model.id, version_id, seq, request_ids),
     ]
     garbage = old_blobs - new_blobs
-    version = ModelVersion(
-        id=version_id,
-        model_id=model.id,
-        seq=seq,
-        kind="unlearned",
-        parent_id=previous.id,
-        budget_epoch=model.budget_epoch,
-        released_blob=release.released_blob,
-        clean_blob=release.clean_blob,
-        released_sha256=release.released_blob,
-        spec=release.spec,
-        certificate=release.certificate,
-        accounting=release.accounting,
-        artifacts=release.artifacts,
-        num_forgotten=len(round_.forgotten),
-        train_size=release.train_size,
-        request_count=len(request_ids),
-        created_at=now,
-    )
     with conn.pipeline():
         _swap_refs(conn, model_holder(model.id), old_blobs, new_blobs, now)
         if source.arrays is not None and dataset_arrays != source.arrays:
             garbage |= _move_dataset(conn, cache, model.dataset_id, source, dataset_arrays, now)
             uow.refs.held.update(digests(dataset_arrays) - digests(source.arrays))
-        version.garbage = sorted(garbage)
+        version = version_of(
+            model.id,
+            release,
+            previous,
+            kind="unlearned",
+            budget_epoch=model.budget_epoch,
+            num_forgotten=len(round_.forgotten),
+            request_count=len(request_ids),
+            garbage=garbage,
+            id=version_id,
+            created_at=now,
+        )
         conn.execute(_INSERT_VERSION, _version_params(version))
         conn.execute(
             _MOVE_MODEL,

@@ -180,23 +180,15 @@ def record_version(
     released = uow.refs.release(model_holder(model.id), old - new)
     uow.refs.hold(model_holder(model.id), new - old)
     version = uow.models.add_version(
-        ModelVersion(
-            model_id=model.id,
-            seq=(previous.seq + 1) if previous else 1,
+        version_of(
+            model.id,
+            release,
+            previous,
             kind=kind,
-            parent_id=previous.id if previous else None,
             budget_epoch=budget_epoch,
-            released_blob=release.released_blob,
-            clean_blob=release.clean_blob,
-            released_sha256=release.released_blob,
-            spec=release.spec,
-            certificate=release.certificate,
-            accounting=release.accounting,
-            artifacts=release.artifacts,
             num_forgotten=num_forgotten,
-            train_size=release.train_size,
             request_count=request_count,
-            garbage=sorted(released | set(garbage)),
+            garbage=released | set(garbage),
         )
     )
     model.current_version_id = version.id
@@ -205,6 +197,41 @@ def record_version(
     model.statistics = release.statistics
     uow.models.purge_superseded(model.id, version.id, utcnow())
     return version
+
+
+def version_of(
+    model_id: int,
+    release: Release,
+    previous: ModelVersion | None,
+    *,
+    kind: str,
+    budget_epoch: int,
+    num_forgotten: int,
+    request_count: int,
+    garbage: Collection[str],
+    **columns: Any,
+) -> ModelVersion:
+    """The row of the version after ``previous`` (None: the first) that ``release`` makes; ``columns``:
+    any other column given (an id drawn beforehand, the creation time)."""
+    return ModelVersion(
+        model_id=model_id,
+        seq=(previous.seq + 1) if previous else 1,
+        kind=kind,
+        parent_id=previous.id if previous else None,
+        budget_epoch=budget_epoch,
+        released_blob=release.released_blob,
+        clean_blob=release.clean_blob,
+        released_sha256=release.released_blob,
+        spec=release.spec,
+        certificate=release.certificate,
+        accounting=release.accounting,
+        artifacts=release.artifacts,
+        num_forgotten=num_forgotten,
+        train_size=release.train_size,
+        request_count=request_count,
+        garbage=sorted(garbage),
+        **columns,
+    )
 
 
 def erase_from_source(
