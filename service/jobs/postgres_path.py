@@ -121,18 +121,20 @@ UPDATE deletion_requests SET state = 'applied', version_id = %s, updated_at = %s
 # -- the round's reads -----------------------------------------------------------------------------
 
 # The queued requests' named owners and samples that the model still holds: read with the locks, for the
-# plan (a superset of what the requests taken need when more are queued than a round takes).
+# plan (a superset of what the requests taken need when more are queued than a round takes). ``= ANY(ARRAY(
+# subquery))``, not ``IN (subquery)``: the names become one array, found through the samples' indexes,
+# where ``IN`` let the planner hash-join the model's every sample (a scan that grows with the model).
 _NAMED_OWNERS = """
 SELECT s.owner_id, s.sample_id FROM samples s
-WHERE s.model_id = %(model_id)s AND s.owner_id IN (
+WHERE s.model_id = %(model_id)s AND s.owner_id = ANY(ARRAY(
     SELECT jsonb_array_elements_text(r.subjects -> 'owner_ids') FROM deletion_requests r
-    WHERE r.model_id = %(model_id)s AND r.state = 'queued')
+    WHERE r.model_id = %(model_id)s AND r.state = 'queued'))
 """
 _NAMED_SAMPLES = """
 SELECT s.sample_id, s.owner_id FROM samples s
-WHERE s.model_id = %(model_id)s AND s.sample_id IN (
+WHERE s.model_id = %(model_id)s AND s.sample_id = ANY(ARRAY(
     SELECT jsonb_array_elements_text(r.subjects -> 'sample_ids') FROM deletion_requests r
-    WHERE r.model_id = %(model_id)s AND r.state = 'queued')
+    WHERE r.model_id = %(model_id)s AND r.state = 'queued'))
 """
 
 
