@@ -249,7 +249,7 @@ def record_unlearned_version(
     cache: BlobCache,
     hasher: SubjectHasher,
     round_: UnlearnedVersion,
-    created_event: Any,
+    created_event: Callable[[int, int], dict[str, Any]],
 ) -> ModelVersion:
     """Record the round's version (see the module's docstring); returns its row (not in the session).
 

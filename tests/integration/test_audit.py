@@ -26,12 +26,18 @@ def test_query_by_model_request_subject_and_time(client: Client) -> None:
     ]
     types = [e["type"] for e in by_model]
     assert types[0] == "model.registered" and "model.trained" in types and "version.created" in types
-    for chain in (f"model:{model_id}", f"model:{model_id}:requests"):
+    for chain in (f"model:{model_id}", f"model:{model_id}:requests", f"model:{model_id}:completions"):
         seqs = [e["seq"] for e in by_model if e["chain"] == chain]
         assert seqs == list(range(1, len(seqs) + 1)) and seqs, chain
 
     by_request = client.http.get("/v1/audit/events", params={"request_id": request_id}).json()["events"]
     assert [e["type"] for e in by_request] == ["deletion.received", "deletion.applied", "deletion.completed"]
+    # What a client did, what the service recorded, what it completed: one chain each (docs/service.md).
+    assert [e["chain"] for e in by_request] == [
+        f"model:{model_id}:requests",
+        f"model:{model_id}",
+        f"model:{model_id}:completions",
+    ]
     by_subject = client.http.get(
         "/v1/audit/events", params={"sample_id": "syn-00004", "model_id": model_id}
     ).json()
