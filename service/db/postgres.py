@@ -14,15 +14,22 @@ Arrays go as one parameter each (``unnest``), so a statement costs the same for 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
 
 from psycopg import Connection, Cursor
 from psycopg.types.json import Json, Jsonb
+from sqlalchemy import JSON
+from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
 from service.audit.chain import GENESIS
 from service.audit.repository import ChainHead, chain_rows
 from service.db import jsoncodec
+from service.db.base import Base, table
+
+_Row = TypeVar("_Row", bound=Base)
 
 _LOCK_HEAD = "SELECT seq, hash FROM audit_heads WHERE chain = %s FOR UPDATE"
 _NEW_HEAD = "INSERT INTO audit_heads (chain, seq, hash) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING"
@@ -45,6 +52,48 @@ FROM unnest(%s::int[], %s::varchar[], %s::int[], %s::int[], %s::int[], %s::jsonb
     AS t(chain_seq, event_type, model_id, request_id, version_id, payload, prev_hash, hash, n)
 ORDER BY t.n
 """
+
+
+def select_list(entity: type[Base]) -> str:
+    """Every column of ``entity``'s table, in the table's order, JSON columns as their text (decoded by
+    :func:`adopt` as the engine decodes them)."""
+    return ", ".join(f"{c.name}::text" if isinstance(c.type, JSON) else c.name for c in table(entity).c)
+
+
+def adopt(session: Session, entity: type[_Row], row: Sequence[Any]) -> _Row:
+    """The object of ``entity`` whose columns are ``row`` (as :func:`select_list` lists them), made a
+    persistent object of ``session`` without a query, as if the session had loaded it: changes to it are
+    flushed as UPDATEs. Values are decoded as the engine decodes them: JSON through
+    :mod:`service.db.jsoncodec`, timestamps as UTC. An object the session holds already is refreshed."""
+    values: dict[str, Any] = {}
+    for column, value in zip(table(entity).c, row, strict=True):
+        if value is not None and isinstance(column.type, JSON):
+            value = jsoncodec.loads(value)
+        elif isinstance(value, datetime):
+            value = value.astimezone(UTC)
+        values[column.name] = value
+    known = session.identity_map.get(identity_key(entity, values["id"]))
+    if known is not None:
+        for name, value in values.items():
+            set_committed_value(known, name, value)
+        return cast(_Row, known)
+    obj = entity(**values)
+    make_transient_to_detached(obj)
+    session.add(obj)
+    return obj
+
+
+def insert_row(obj: Base) -> tuple[str, dict[str, Any]]:
+    """The INSERT of a new (transient) object's row, every column of its table given as the object holds
+    it (JSON columns encoded as the engine encodes them): ``conn.execute(*insert_row(obj))``."""
+    columns = table(type(obj)).c
+    names = ", ".join(c.name for c in columns)
+    values = ", ".join(f"%({c.name})s" for c in columns)
+    params = {
+        c.name: jsonb(getattr(obj, c.name)) if isinstance(c.type, JSON) else getattr(obj, c.name)
+        for c in columns
+    }
+    return f"INSERT INTO {table(type(obj)).name} ({names}) VALUES ({values})", params
 
 
 def jsonb(value: Any) -> Jsonb:

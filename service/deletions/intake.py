@@ -238,35 +238,22 @@ class DeletionIntake:
         expires = now + timedelta(hours=rt.settings.idempotency_ttl_hours)
         answers: list[tuple[_Submission, int, dict[str, Any], ApiError | None]] = []
         with rt.uow() as uow:
+            accept_for: Callable[[int], Callable[[list[DeletionIn]], list[Any]]]
+            store: Callable[[list[tuple[str, str, int, dict[str, Any]]]], None]
             conn = uow.postgres_connection()
             if conn is not None and not any(has_graph_items(b) for s in firsts.values() for b in s.bodies):
                 submissions = PostgresSubmissions(conn, rt.hasher, rt.settings.deletion_sla_seconds)
                 every = _by_model(list(firsts.values()))
-                claimed = submissions.read(
-                    keys, now, expires, {m: _bodies(items) for m, items in every.items()}
-                )
-                for model_id, items in _by_model(
-                    [s for pair, s in firsts.items() if pair in claimed]
-                ).items():
-                    answers.extend(_answers(items, partial(submissions.accept, model_id)))
-                submissions.write([(s.scope, s.key, status, body) for s, status, body, _ in answers])
+                claimed = submissions.read(keys, now, expires, {m: _bodies(items) for m, items in every.items()})
+                accept_for, store = lambda m: partial(submissions.accept, m), submissions.write
             else:
                 claimed = uow.idempotency.claim_many(keys, expires)
-                for model_id, items in _by_model(
-                    [s for pair, s in firsts.items() if pair in claimed]
-                ).items():
-                    accept = partial(
-                        accept_many,
-                        uow,
-                        rt.cache,
-                        rt.hasher,
-                        model_id,
-                        sla_seconds=rt.settings.deletion_sla_seconds,
-                    )
-                    answers.extend(_answers(items, accept))
-                uow.idempotency.complete_many(
-                    [(s.scope, s.key, status, body) for s, status, body, _ in answers]
-                )
+                sla = rt.settings.deletion_sla_seconds
+                accept_for = lambda m: partial(accept_many, uow, rt.cache, rt.hasher, m, sla_seconds=sla)
+                store = uow.idempotency.complete_many
+            for model_id, items in _by_model([s for pair, s in firsts.items() if pair in claimed]).items():
+                answers.extend(_answers(items, accept_for(model_id)))
+            store([(s.scope, s.key, status, body) for s, status, body, _ in answers])
             uow.commit()
         for item, status, body, error in answers:  # answered as soon as committed ...
             if error is not None:

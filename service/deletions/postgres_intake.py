@@ -166,9 +166,9 @@ class PostgresSubmissions:
         """Which of ``hashes`` the model erased, and by which request (only when a named id is missing)."""
         return dict(self._conn.execute(_ERASED_AMONG, (model_id, hashes)).fetchall())
 
-    def write(self, answers: Sequence[tuple[str, str, int, dict[str, Any]]]) -> int:
+    def write(self, answers: Sequence[tuple[str, str, int, dict[str, Any]]]) -> None:
         """Insert the accepted requests with their subjects, history and audit events, and store each
-        key's answer ((scope, key, status, body)); returns how many requests were accepted."""
+        key's answer ((scope, key, status, body))."""
         conn = self._conn
         heads = {model_id: self._head(model_id) for model_id, a in self._models.items() if _accepted(a)}
         accepted = 0
@@ -184,7 +184,6 @@ class PostgresSubmissions:
                 scopes, keys, statuses, bodies = (list(column) for column in zip(*answers, strict=True))
                 conn.execute(_COMPLETE_KEYS, (scopes, keys, statuses, [jsonb(b) for b in bodies]))
         metrics.DELETIONS_RECEIVED.inc(accepted)
-        return accepted
 
     def _head(self, model_id: int) -> ChainHead:
         """The model's requests chain head, locked; created at genesis for the model's first request."""

@@ -20,6 +20,7 @@ from service.db.base import utcnow
 from service.db.tables import ModelVersion
 from service.deletions.repository import Completed
 from service.jobs.postgres_path import Completion, complete_version
+from service.jobs.versions import serving_version
 from service.storage.artifacts import ArtifactStore
 
 if TYPE_CHECKING:
@@ -119,11 +120,7 @@ def _complete_portably(
     current_id = uow.models.current_version_id(model_id)
     if current_id is None:
         return None
-    current = version
-    if current_id != version.id:
-        # A newer version already exists; it excludes these subjects too, and it is what gets served.
-        current = uow.models.version(current_id) or version
-    publish(rt, model_id, current)
+    publish(rt, model_id, serving_version(uow, version, current_id))
     requests = uow.deletions.lock_applied(model_id, version.id)
     head = uow.audit.lock_chain(completions_chain(model_id)) if requests else None
     collect_garbage(uow, rt, version.garbage)

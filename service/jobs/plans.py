@@ -112,26 +112,18 @@ def tombstones(
     request_of = batch.request_of()
     owner_request = {o: p.request.id for p in batch.plans for o in p.owners}
     at = utcnow()
-    rows: list[dict[str, Any]] = [
-        {
+
+    def row(subject_hash: str, kind: str, request_id: int | None) -> dict[str, Any]:
+        return {
             "model_id": model_id,
-            "subject_hash": hasher.sample(sid),
-            "kind": "sample",
+            "subject_hash": subject_hash,
+            "kind": kind,
             "budget_epoch": budget_epoch,
-            "request_id": request_of.get(sid),
+            "request_id": request_id,
             "erased_at": at,
         }
-        for sid in forgotten
+
+    emptied = sorted({o for o in forgotten.values() if o} - set(owners_left))
+    return [row(hasher.sample(sid), "sample", request_of.get(sid)) for sid in forgotten] + [
+        row(hasher.owner(owner), "owner", owner_request.get(owner)) for owner in emptied
     ]
-    for owner in sorted({o for o in forgotten.values() if o} - set(owners_left)):
-        rows.append(
-            {
-                "model_id": model_id,
-                "subject_hash": hasher.owner(owner),
-                "kind": "owner",
-                "budget_epoch": budget_epoch,
-                "request_id": owner_request.get(owner),
-                "erased_at": at,
-            }
-        )
-    return rows

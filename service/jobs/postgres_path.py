@@ -23,21 +23,28 @@ The values written are those of the portable path (:func:`service.jobs.versions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection
-from sqlalchemy import JSON
-from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
-from sqlalchemy.orm.util import identity_key
 
 from service.audit.service import completions_chain, model_chain, request_version_events
 from service.db import jsoncodec
-from service.db.base import Base, table, utcnow
-from service.db.postgres import append_events, chain_head, insert_history, json_value, jsonb, lock_chain_head
+from service.db.base import utcnow
+from service.db.postgres import (
+    adopt,
+    append_events,
+    chain_head,
+    insert_history,
+    insert_row,
+    json_value,
+    lock_chain_head,
+    select_list,
+)
 from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.deletions.repository import Completed
 from service.jobs.plans import Batch, tombstones
@@ -48,14 +55,13 @@ from service.jobs.versions import (
     dataset_holder,
     model_holder,
     row_count,
+    serving_version,
     version_blobs,
     version_of,
 )
 from service.storage.buckets import digests
 from service.storage.refs import COLLECTION_LOCK_KEY
 from unlearning.methods.protocol import ForgetRequest
-
-_Row = TypeVar("_Row", bound=Base)
 
 if TYPE_CHECKING:
     from service.db.uow import UnitOfWork
@@ -81,14 +87,6 @@ _RELEASE_REFS = "DELETE FROM artifact_refs WHERE holder = %s AND blob = ANY(%s)"
 _HOLD_REFS = """
 INSERT INTO artifact_refs (blob, holder, created_at) SELECT unnest(%s::varchar[]), %s, %s
 ON CONFLICT DO NOTHING
-"""
-_INSERT_VERSION = """
-INSERT INTO model_versions (id, model_id, seq, kind, parent_id, budget_epoch, released_blob, clean_blob,
-    released_sha256, spec, certificate, accounting, artifacts, num_forgotten, train_size, request_count,
-    garbage, created_at)
-VALUES (%(id)s, %(model_id)s, %(seq)s, %(kind)s, %(parent_id)s, %(budget_epoch)s, %(released_blob)s,
-    %(clean_blob)s, %(released_sha256)s, %(spec)s, %(certificate)s, %(accounting)s, %(artifacts)s,
-    %(num_forgotten)s, %(train_size)s, %(request_count)s, %(garbage)s, %(created_at)s)
 """
 _MOVE_MODEL = """
 UPDATE models SET current_version_id = %s, training = %s, train_size = %s, statistics = %s, updated_at = %s
@@ -156,7 +154,7 @@ def lock_round(conn: Connection[Any], session: Session, model_id: int, limit: in
     :meth:`service.models.repository.ModelRepository.lock` locks it (``FOR NO KEY UPDATE``), the queued
     requests as :meth:`service.deletions.repository.DeletionRepository.in_states` (``FOR UPDATE``), the
     current version, and the named subjects' remaining samples. The rows become the session's objects
-    without a second query (:func:`adopt`), so what the round changes on them is flushed as before."""
+    without a second query (:func:`service.db.postgres.adopt`), so what the round changes on them is flushed as before."""
     with conn.pipeline():
         model_cur = conn.execute(_SELECT_MODEL, (model_id,))
         requests_cur = conn.execute(_SELECT_QUEUED, (model_id, limit))
@@ -177,46 +175,15 @@ def lock_round(conn: Connection[Any], session: Session, model_id: int, limit: in
     )
 
 
-def _select(entity: type[Base]) -> str:
-    """Every column of ``entity``'s table, JSON columns as their text (decoded by :func:`adopt` as the
-    engine decodes them)."""
-    return ", ".join(
-        f"{c.name}::text" if isinstance(c.type, JSON) else c.name for c in table(entity).c
-    )
-
-
-_SELECT_MODEL = f"SELECT {_select(Model)} FROM models WHERE id = %s FOR NO KEY UPDATE"
+_SELECT_MODEL = f"SELECT {select_list(Model)} FROM models WHERE id = %s FOR NO KEY UPDATE"
 _SELECT_QUEUED = f"""
-SELECT {_select(DeletionRequest)} FROM deletion_requests
+SELECT {select_list(DeletionRequest)} FROM deletion_requests
 WHERE model_id = %s AND state = 'queued' ORDER BY id LIMIT %s FOR UPDATE
 """
 _SELECT_CURRENT_VERSION = f"""
-SELECT {_select(ModelVersion)} FROM model_versions
+SELECT {select_list(ModelVersion)} FROM model_versions
 WHERE id = (SELECT current_version_id FROM models WHERE id = %s)
 """
-
-
-def adopt(session: Session, entity: type[_Row], row: Sequence[Any]) -> _Row:
-    """The object of ``entity`` whose columns are ``row`` (as :func:`_select` lists them), made a
-    persistent object of ``session`` without a query, as if the session had loaded it: changes to it are
-    flushed as UPDATEs. Values are decoded as the engine decodes them: JSON through
-    :mod:`service.db.jsoncodec`, timestamps as UTC. An object the session holds already is refreshed."""
-    values: dict[str, Any] = {}
-    for column, value in zip(table(entity).c, row, strict=True):
-        if value is not None and isinstance(column.type, JSON):
-            value = jsoncodec.loads(value)
-        elif isinstance(value, datetime):
-            value = value.astimezone(UTC)
-        values[column.name] = value
-    known = session.identity_map.get(identity_key(entity, values["id"]))
-    if known is not None:
-        for name, value in values.items():
-            set_committed_value(known, name, value)
-        return cast(_Row, known)
-    obj = entity(**values)
-    make_transient_to_detached(obj)
-    session.add(obj)
-    return obj
 
 
 @dataclass
@@ -303,7 +270,7 @@ def record_unlearned_version(
             id=version_id,
             created_at=now,
         )
-        conn.execute(_INSERT_VERSION, _version_params(version))
+        conn.execute(*insert_row(version))
         conn.execute(
             _MOVE_MODEL,
             (
@@ -399,29 +366,6 @@ def _move_dataset(
     return old - new
 
 
-def _version_params(version: ModelVersion) -> dict[str, Any]:
-    return {
-        "id": version.id,
-        "model_id": version.model_id,
-        "seq": version.seq,
-        "kind": version.kind,
-        "parent_id": version.parent_id,
-        "budget_epoch": version.budget_epoch,
-        "released_blob": version.released_blob,
-        "clean_blob": version.clean_blob,
-        "released_sha256": version.released_sha256,
-        "spec": jsonb(version.spec),
-        "certificate": jsonb(version.certificate),
-        "accounting": jsonb(version.accounting),
-        "artifacts": jsonb(version.artifacts),
-        "num_forgotten": version.num_forgotten,
-        "train_size": version.train_size,
-        "request_count": version.request_count,
-        "garbage": jsonb(version.garbage),
-        "created_at": version.created_at,
-    }
-
-
 def _point_model(model: Model, version_id: int, release: Release) -> None:
     """The loaded model row as this transaction left it, without marking it changed (the statements
     above wrote it; a flush of the unit of work must not write it again)."""
@@ -485,11 +429,7 @@ def complete_version(
         return None
     requests = [Completed(*row) for row in applied_cur.fetchall()]
     head = chain_head(chain, head_cur.fetchone())
-    current = version
-    if current_row[0] != version.id:
-        # A newer version already exists; it excludes these subjects too, and it is what gets served.
-        current = uow.models.version(int(current_row[0])) or version
-    serve(current)
+    serve(serving_version(uow, version, int(current_row[0])))
     if held_cur is not None:
         collect(set(version.garbage) - {row[0] for row in held_cur.fetchall()})
     now = utcnow()

@@ -199,6 +199,14 @@ def record_version(
     return version
 
 
+def serving_version(uow: UnitOfWork, version: ModelVersion, current_id: int) -> ModelVersion:
+    """The version to serve once ``version`` is recorded: itself, or the model's current one
+    (``current_id``) when a newer version exists already (it excludes the same subjects too)."""
+    if current_id == version.id:
+        return version
+    return uow.models.version(current_id) or version
+
+
 def version_of(
     model_id: int,
     release: Release,
