@@ -151,8 +151,9 @@ def measure(env: dict[str, str], model_id: int, owners: list[str], warmup: int) 
                 outcome = intake.commit_now(model_id, f"path-{i}", DeletionIn(owner_ids=[owner]))
             _check(outcome.status == 202, f"the deletion of {owner} was not accepted: {outcome.body}")
             with timer.phase("round"):
-                progressed, version = apply_batch(rt, model_id)
-            _check(progressed and version is not None, f"the round of {owner} made no version")
+                round_ = apply_batch(rt, model_id)
+            version = round_.version
+            _check(round_.progressed and version is not None, f"the round of {owner} made no version")
             assert version is not None
             with timer.phase("completion"):
                 finish(rt, model_id, version.id, version)

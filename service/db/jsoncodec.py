@@ -16,15 +16,14 @@ What is stored never depends on the codec: where orjson would write something ot
 - orjson reads only standard JSON (no ``NaN``): anything else is read by :func:`json.loads`;
 - orjson reads an integer beyond 64 bits as a float, silently (``-9223372036854775809`` becomes
   ``-9.223372036854776e+18``): a document in which a float of that size appears is read again by
-  :func:`json.loads`, which keeps the integer exact (a walk over the decoded values, done only when the
-  text holds a run of 19 digits or more, which such an integer needs).
+  :func:`json.loads`, which keeps the integer exact. The walk over the decoded values that finds such a
+  float skips strings, so on a manifest (a thousand hex digests) it costs about 20 microseconds.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -55,21 +54,13 @@ def loads(data: str | bytes) -> Any:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data)  # NaN, Infinity
-    return json.loads(data) if _may_hold_huge_integer(data) and _holds_huge_float(value) else value
+    return json.loads(data) if _holds_huge_float(value) else value
 
 
-# An integer literal beyond 64 bits has at least 19 digits in a row (2**63 has 19): a document without such
-# a run cannot hold one, and the walk over its decoded values is skipped (a regular expression over an 84
-# KB manifest costs a fraction of the walk).
-_LONG_DIGITS = re.compile(r"[0-9]{19}")
-_LONG_DIGITS_BYTES = re.compile(rb"[0-9]{19}")
-
-
-def _may_hold_huge_integer(data: str | bytes) -> bool:
-    pattern = _LONG_DIGITS_BYTES if isinstance(data, bytes | bytearray | memoryview) else _LONG_DIGITS
-    return pattern.search(data) is not None  # type: ignore[arg-type]
-
-
+# No look at the text first: a regular expression for a run of 19 digits (which such an integer needs)
+# took 1.4 ms on an 84 KB manifest, whose random hex digests hold such runs at some 6 places each and
+# digit runs that fail the match at thousands, against 20 microseconds for the walk (bench/README.md,
+# item 30).
 _INT64_MAGNITUDE = 2.0**63  # orjson's floats for out-of-range integer literals are at least this large
 
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, Update, bindparam, func, insert, select, update
+from sqlalchemy import Select, Update, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from service.db.base import table, utcnow
@@ -20,13 +20,6 @@ _requests = table(DeletionRequest).c
 _INSERT_REQUESTS = insert(table(DeletionRequest)).returning(_requests.id, sort_by_parameter_order=True)
 _INSERT_EVENTS = insert(table(RequestEvent))
 _INSERT_SUBJECTS = insert(table(RequestSubject))
-_COUNT_IN_STATES = (
-    select(func.count())
-    .select_from(table(DeletionRequest))
-    .where(
-        _requests.model_id == bindparam("model_id"), _requests.state.in_(bindparam("states", expanding=True))
-    )
-)
 _LOCK_APPLIED = (
     select(_requests.id, _requests.callback_url, _requests.created_at)
     .where(
@@ -146,9 +139,6 @@ class DeletionRepository:
         if limit is not None:
             params["limit"] = limit
         return list(self.session.scalars(_in_states(lock, limit is not None), params))
-
-    def count_in_states(self, model_id: int, states: Sequence[str]) -> int:
-        return int(self.session.scalar(_COUNT_IN_STATES, {"model_id": model_id, "states": list(states)}) or 0)
 
     def list(
         self, *, model_id: int | None, state: str | None, after_id: int | None, limit: int

@@ -114,10 +114,10 @@ def _fail_queued(rt: Runtime, model_id: int, reason: str) -> None:
 
 def _drain(rt: Runtime, model_id: int) -> None:
     for _ in range(_MAX_ROUNDS):
-        progressed, version = _apply_with_retries(rt, model_id)
-        if version is not None:
-            finish(rt, model_id, version.id, version)
-        if not progressed or not _has_queued(rt, model_id):
+        round_ = _apply_with_retries(rt, model_id)
+        if round_.version is not None:
+            finish(rt, model_id, round_.version.id, round_.version)
+        if not round_.more_queued:
             return
     # Still busy: hand the rest to a fresh job instead of monopolising this worker.
     with rt.uow() as uow:
@@ -125,15 +125,8 @@ def _drain(rt: Runtime, model_id: int) -> None:
         uow.commit()
 
 
-def _has_queued(rt: Runtime, model_id: int) -> bool:
-    """A cheap unlocked look before taking the model lock again: a request queued after this look
-    published its own update job, so stopping here loses nothing."""
-    with rt.uow() as uow:
-        return uow.deletions.count_in_states(model_id, ["queued"]) > 0
-
-
-def _apply_with_retries(rt: Runtime, model_id: int) -> tuple[bool, ModelVersion | None]:
-    def attempt() -> tuple[bool, ModelVersion | None]:
+def _apply_with_retries(rt: Runtime, model_id: int) -> Round:
+    def attempt() -> Round:
         # A blob collected before the commit (service.storage.refs): the update writes it again.
         return rewrite_if_collected(
             lambda: apply_batch(rt, model_id), job="apply_deletions", detail=f"of model {model_id}"
@@ -157,17 +150,28 @@ class _Forgot:
     failed: dict[int, str]
 
 
-def apply_batch(rt: Runtime, model_id: int) -> tuple[bool, ModelVersion | None]:
-    """One update. Returns (whether any queued request was handled, the version to finish or None: its
-    row as committed, so that the completion need not read it again)."""
+@dataclass(frozen=True)
+class Round:
+    """What one update round did (:func:`apply_batch`)."""
+
+    progressed: bool  # whether it handled any queued request
+    version: ModelVersion | None  # the version to finish, as committed (the completion need not read it)
+    # It took as many requests as a round may (``max_batch``), so more may still be queued. Those queued
+    # later are not its concern: each published a job of its own after this job's start
+    # (:func:`request_update`, :func:`apply_deletions`), so a job goes on only when its round was full.
+    more_queued: bool = False
+
+
+def apply_batch(rt: Runtime, model_id: int) -> Round:
+    """One update round: drain up to ``max_batch`` of the model's queued requests into one version."""
     started = time.perf_counter()
     with rt.uow() as uow:
         locked = _lock_round(rt, uow, model_id)
         model, requests, version = locked.model, locked.requests, locked.version
         if model is None or model.status != "ready" or model.current_version_id is None:
-            return False, None
+            return Round(False, None)
         if not requests:
-            return False, None
+            return Round(False, None)
         claimed_at = utcnow()
         method = get_method(model.method)
         if version is None:
@@ -206,7 +210,7 @@ def apply_batch(rt: Runtime, model_id: int) -> tuple[bool, ModelVersion | None]:
         uow.commit()
     metrics.UPDATE_SECONDS.observe(time.perf_counter() - started)
     metrics.UPDATE_BATCH.observe(len(requests))
-    return True, finished
+    return Round(True, finished, more_queued=len(requests) >= rt.settings.max_batch)
 
 
 def _lock_round(rt: Runtime, uow: UnitOfWork, model_id: int) -> LockedRound:

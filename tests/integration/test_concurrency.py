@@ -1,14 +1,17 @@
 """50 concurrent deletions on one model: a gap-free version chain, every request applied exactly once,
-the ledger never above its cap."""
+the ledger never above its cap. One job drains a queue longer than a round may take."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
+from service.jobs.training import train_model
+from service.jobs.updates import apply_deletions
 from service.runtime import Runtime
-from tests.integration.conftest import Client, key
+from tests.integration.conftest import Client, deployment_of_its_own, key
 from tests.integration.invariants import assert_applied_exactly_once
 
 pytestmark = pytest.mark.integration
@@ -58,3 +61,23 @@ def test_mlps_trained_at_once_on_one_worker_equal_the_same_mlps_trained_alone(cl
     alone = weights(register(1))
     assert alone == trained_together[0]
     assert len(set(trained_together)) == 3
+
+
+def test_one_job_drains_a_queue_longer_than_a_round_may_take(tmp_path: Path) -> None:
+    """A round takes at most ``max_batch`` requests (2 here); the five queued before the job started
+    published no job of their own (the first one's was pending), so the job goes on while its rounds are
+    full: three versions, of 2, 2 and 1 requests, every request completed. No worker runs in this
+    deployment: the test runs the jobs itself."""
+    with deployment_of_its_own(tmp_path, max_batch="2") as deployment:
+        client, runtime = deployment.client, deployment.runtime
+        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
+        train_model(runtime, model_id)
+        client.ready(model_id)
+        ids = [int(client.delete(model_id, owner_ids=[f"owner-{i:05d}"])["id"]) for i in range(5)]
+        assert {client.deletion(i)["state"] for i in ids} == {"queued"}
+
+        apply_deletions(runtime, model_id)
+
+        done = [client.deletion(i) for i in ids]
+        assert [d["state"] for d in done] == ["completed"] * 5
+        assert [d["version"]["seq"] for d in done] == [2, 2, 3, 3, 4]

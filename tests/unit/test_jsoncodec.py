@@ -58,16 +58,19 @@ def test_an_integer_beyond_64_bits_reads_back_exactly() -> None:
         assert type(jsoncodec.loads(document)["seed"]) is int
 
 
-def test_a_document_without_a_long_run_of_digits_is_not_walked(monkeypatch: Any) -> None:
-    """An integer beyond 64 bits needs 19 digits in a row: a manifest (hex digests, short counts) has no
-    such run, so its decoded values are not walked; one that has a run still is."""
+def test_a_manifest_is_read_by_orjson_alone(monkeypatch: Any) -> None:
+    """A manifest's hex digests hold runs of 19 digits and more, which no integer literal makes: its text
+    is decoded once, by orjson, and not read again by the standard library; a document with an integer
+    beyond 64 bits still is."""
+    digests = {"a1b2c3": "12345678901234567890" + "ab" * 22, "d4e5f6": "9e" * 32}
+    manifest = {"num_rows": 1000, "buckets": digests, "scale": 0.5, "dims": [784, 10]}
+    standard_loads = json.loads
 
-    def walked(_: Any) -> bool:
-        raise AssertionError("walked")
+    def refused(_: Any) -> Any:
+        raise AssertionError("read again by json.loads")
 
-    manifest = {"num_rows": 1000, "buckets": {"a1b2c3": "0f" * 32, "d4e5f6": "9e" * 32}, "scale": 1e300}
-    monkeypatch.setattr(jsoncodec, "_holds_huge_float", walked)
+    monkeypatch.setattr(jsoncodec.json, "loads", refused)
     assert jsoncodec.loads(jsoncodec.dumps_bytes(manifest)) == manifest
     assert jsoncodec.loads(jsoncodec.dumps_text(manifest)) == manifest
-    monkeypatch.undo()
+    monkeypatch.setattr(jsoncodec.json, "loads", standard_loads)
     assert jsoncodec.loads(b'{"n": 18446744073709551616}') == {"n": 18446744073709551616}
