@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from service import heap
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork
-from service.jobs.state import BlobCache
+from service.jobs.state import BlobCache, KnownManifests
 from service.outbox.dispatcher import Dispatcher
 from service.queue import CeleryQueue, InProcessQueue, TaskQueue
 from service.receipts.signing import ReceiptSigner
@@ -49,6 +49,7 @@ class Runtime:
         self.receipts = ReceiptSigner(seed) if seed is not None else None
         self.retired_receipt_keys = settings.retired_receipt_keys
         self.cache = BlobCache(self.artifacts, ttl_seconds=settings.cache_ttl_seconds)
+        self.manifests = KnownManifests()  # the bucket manifests this process's rounds wrote
         self.queue: TaskQueue = self._make_queue()
         self.dispatcher = Dispatcher(self)
         self._intake: DeletionIntake | None = None

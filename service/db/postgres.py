@@ -54,29 +54,43 @@ ORDER BY t.n
 """
 
 
-def select_list(entity: type[Base]) -> str:
+def select_list(entity: type[Base], unless_known: Mapping[str, str] | None = None) -> str:
     """Every column of ``entity``'s table, in the table's order, JSON columns as their text (decoded by
-    :func:`adopt` as the engine decodes them)."""
-    return ", ".join(f"{c.name}::text" if isinstance(c.type, JSON) else c.name for c in table(entity).c)
+    :func:`adopt` as the engine decodes them). ``unless_known``: column -> a SQL condition under which it
+    is read as NULL (its value is known to the reader already)."""
+    known = unless_known or {}
+    return ", ".join(
+        f"CASE WHEN {known[c.name]} THEN NULL ELSE {c.name}::text END"
+        if c.name in known
+        else f"{c.name}::text"
+        if isinstance(c.type, JSON)
+        else c.name
+        for c in table(entity).c
+    )
 
 
-def adopt(session: Session, entity: type[_Row], row: Sequence[Any]) -> _Row:
+def adopt(
+    session: Session, entity: type[_Row], row: Sequence[Any], known: Mapping[str, Any] | None = None
+) -> _Row:
     """The object of ``entity`` whose columns are ``row`` (as :func:`select_list` lists them), made a
     persistent object of ``session`` without a query, as if the session had loaded it: changes to it are
     flushed as UPDATEs. Values are decoded as the engine decodes them: JSON through
-    :mod:`service.db.jsoncodec`, timestamps as UTC. An object the session holds already is refreshed."""
+    :mod:`service.db.jsoncodec`, timestamps as UTC. An object the session holds already is refreshed.
+    ``known``: column -> its value, for the columns the row does not carry (read as NULL)."""
     values: dict[str, Any] = {}
     for column, value in zip(table(entity).c, row, strict=True):
-        if value is not None and isinstance(column.type, JSON):
+        if known is not None and column.name in known:
+            value = known[column.name]
+        elif value is not None and isinstance(column.type, JSON):
             value = jsoncodec.loads(value)
         elif isinstance(value, datetime):
             value = value.astimezone(UTC)
         values[column.name] = value
-    known = session.identity_map.get(identity_key(entity, values["id"]))
-    if known is not None:
+    held = session.identity_map.get(identity_key(entity, values["id"]))
+    if held is not None:
         for name, value in values.items():
-            set_committed_value(known, name, value)
-        return cast(_Row, known)
+            set_committed_value(held, name, value)
+        return cast(_Row, held)
     obj = entity(**values)
     make_transient_to_detached(obj)
     session.add(obj)
@@ -99,6 +113,15 @@ def insert_row(obj: Base) -> tuple[str, dict[str, Any]]:
 def jsonb(value: Any) -> Jsonb:
     """A value for a JSONB column, encoded as the engine encodes it (:mod:`service.db.jsoncodec`)."""
     return Jsonb(value, dumps=jsoncodec.dumps_bytes)
+
+
+def json_encoded(data: bytes | None) -> Json | None:
+    """A value for a JSON column already encoded by :func:`service.db.jsoncodec.dumps_bytes`."""
+    return None if data is None else Json(data, dumps=_as_is)
+
+
+def _as_is(data: bytes) -> bytes:
+    return data
 
 
 def json_value(value: Mapping[str, Any] | None) -> Json | None:

@@ -23,7 +23,7 @@ The values written are those of the portable path (:func:`service.jobs.versions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,7 @@ from service.db.postgres import (
     chain_head,
     insert_history,
     insert_row,
+    json_encoded,
     json_value,
     lock_chain_head,
     select_list,
@@ -65,7 +66,7 @@ from unlearning.methods.protocol import ForgetRequest
 
 if TYPE_CHECKING:
     from service.db.uow import UnitOfWork
-    from service.jobs.state import BlobCache
+    from service.jobs.state import BlobCache, KnownManifests, KnownRow
     from service.subjects import SubjectHasher
 
 # The dataset row, locked; its manifest is read only when it differs from the model's (the usual case is
@@ -91,6 +92,7 @@ ON CONFLICT DO NOTHING
 _MOVE_MODEL = """
 UPDATE models SET current_version_id = %s, training = %s, train_size = %s, statistics = %s, updated_at = %s
 WHERE id = %s
+RETURNING xmin::text
 """
 # Through the partial index ix_model_versions_unpurged: the previous version alone, however long the history.
 _PURGE_SUPERSEDED = """
@@ -149,14 +151,23 @@ class LockedRound:
     sample_owner: dict[str, str] | None = None
 
 
-def lock_round(conn: Connection[Any], session: Session, model_id: int, limit: int) -> LockedRound:
+def lock_round(
+    conn: Connection[Any],
+    session: Session,
+    model_id: int,
+    limit: int,
+    manifests: KnownManifests | None = None,
+) -> LockedRound:
     """The reads of :func:`service.jobs.updates.apply_batch` in one round trip: the model row locked as
     :meth:`service.models.repository.ModelRepository.lock` locks it (``FOR NO KEY UPDATE``), the queued
     requests as :meth:`service.deletions.repository.DeletionRepository.in_states` (``FOR UPDATE``), the
     current version, and the named subjects' remaining samples. The rows become the session's objects
-    without a second query (:func:`service.db.postgres.adopt`), so what the round changes on them is flushed as before."""
+    without a second query (:func:`service.db.postgres.adopt`), so what the round changes on them is flushed as before.
+    ``manifests``: the model's bucket manifests are read only if the row changed since this process's
+    last round wrote them (:class:`service.jobs.state.KnownManifests`)."""
+    known = manifests.known(model_id) if manifests is not None else None
     with conn.pipeline():
-        model_cur = conn.execute(_SELECT_MODEL, (model_id,))
+        model_cur = conn.execute(_SELECT_MODEL, {"id": model_id, "xmin": known.xmin if known else None})
         requests_cur = conn.execute(_SELECT_QUEUED, (model_id, limit))
         version_cur = conn.execute(_SELECT_CURRENT_VERSION, (model_id,))
         owners_cur = conn.execute(_NAMED_OWNERS, {"model_id": model_id})
@@ -167,7 +178,7 @@ def lock_round(conn: Connection[Any], session: Session, model_id: int, limit: in
     for owner, sample in owners_cur.fetchall():
         owner_samples.setdefault(owner, []).append(sample)
     return LockedRound(
-        model=adopt(session, Model, model_row) if model_row is not None else None,
+        model=_adopt_model(session, model_row, known) if model_row is not None else None,
         requests=[adopt(session, DeletionRequest, row) for row in requests_cur.fetchall()],
         version=adopt(session, ModelVersion, version_row) if version_row is not None else None,
         owner_samples=owner_samples,
@@ -175,7 +186,21 @@ def lock_round(conn: Connection[Any], session: Session, model_id: int, limit: in
     )
 
 
-_SELECT_MODEL = f"SELECT {select_list(Model)} FROM models WHERE id = %s FOR NO KEY UPDATE"
+def _adopt_model(session: Session, row: Sequence[Any], known: KnownRow | None) -> Model:
+    """The model's row, its manifests from ``known`` when the row is still the version they came from
+    (then the statement read them as NULL)."""
+    *columns, xmin = row
+    return adopt(
+        session, Model, columns, known.values() if known is not None and known.xmin == xmin else None
+    )
+
+
+# The row version's xmin, and the manifests only when it is not the version this process knows.
+_MANIFEST_COLUMNS = ("training", "statistics")
+_SELECT_MODEL = f"""
+SELECT {select_list(Model, dict.fromkeys(_MANIFEST_COLUMNS, "xmin = %(xmin)s::xid"))}, xmin::text
+FROM models WHERE id = %(id)s FOR NO KEY UPDATE
+"""
 _SELECT_QUEUED = f"""
 SELECT {select_list(DeletionRequest)} FROM deletion_requests
 WHERE model_id = %s AND state = 'queued' ORDER BY id LIMIT %s FOR UPDATE
@@ -217,11 +242,13 @@ def record_unlearned_version(
     hasher: SubjectHasher,
     round_: UnlearnedVersion,
     created_event: Callable[[int, int], dict[str, Any]],
+    manifests: KnownManifests | None = None,
 ) -> ModelVersion:
     """Record the round's version (see the module's docstring); returns its row (not in the session).
 
     ``created_event(version_id, seq)``: the ``version.created`` audit event. The new references' blobs
-    join ``uow.refs.held``, which the unit of work's commit checks are still stored."""
+    join ``uow.refs.held``, which the unit of work's commit checks are still stored. The model's new
+    manifests are noted in ``manifests`` with the row version that holds them."""
     model, previous = round_.model, round_.previous
     chain = model_chain(model.id)
     owners = {o for o in round_.forgotten.values() if o}
@@ -271,13 +298,17 @@ def record_unlearned_version(
             created_at=now,
         )
         conn.execute(*insert_row(version))
-        conn.execute(
+        manifests_written = {
+            "training": _encoded(release.training),
+            "statistics": _encoded(release.statistics),
+        }
+        moved_cur = conn.execute(
             _MOVE_MODEL,
             (
                 version_id,
-                json_value(release.training),
+                json_encoded(manifests_written["training"]),
                 release.train_size,
-                json_value(release.statistics),
+                json_encoded(manifests_written["statistics"]),
                 now,
                 model.id,
             ),
@@ -308,7 +339,15 @@ def record_unlearned_version(
     uow.refs.commit_locked = True
     uow.refs.held.update(new_blobs - old_blobs)
     _point_model(model, version_id, release)
+    moved = moved_cur.fetchone()
+    if manifests is not None and moved is not None:
+        # Noted before the commit: should it roll back, no row version ever has this xmin.
+        manifests.note(model.id, str(moved[0]), manifests_written)
     return version
+
+
+def _encoded(manifest: Mapping[str, Any] | None) -> bytes | None:
+    return None if manifest is None else jsoncodec.dumps_bytes(manifest)
 
 
 def _source_dataset(row: Any, model: Model) -> _SourceDataset:

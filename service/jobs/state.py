@@ -17,11 +17,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from service.db import jsoncodec
 from service.db.tables import Model, ModelVersion
 from service.db.uow import UnitOfWork
 from service.graphs.storage import decode_graph, graph_digest, graph_nbytes, is_graph
@@ -162,6 +164,50 @@ class BlobCache:
         load = lambda: _assemble(read_rows(self.bucket, manifest), manifest)
         parts = frozenset(manifest["buckets"].values())
         return self._get("dataset", key, load, lambda d: d.features.nbytes, parts)
+
+
+class KnownManifests:
+    """The bucket manifests of each model's row (``models.training`` and ``models.statistics``) as this
+    process's last update round wrote them, encoded, with the ``xmin`` of the row version that holds them.
+
+    At 1,000 owners the two are some 170 KB of JSON, which every round read back in full (Postgres
+    reading them out of TOAST, psycopg and the decoder handling them) to find what the previous round,
+    usually this process's own, had written (bench/README.md, item 30). A round reads them only when the
+    row's ``xmin`` differs from the one known here (:func:`service.jobs.postgres_path.lock_round`).
+
+    Why ``xmin`` is a safe key: every version of a row carries the id of the transaction that wrote it,
+    so the row still holds what a round wrote exactly while its ``xmin`` is that round's (any later change
+    to the row, from any process, makes a new version with a new ``xmin``). A round that rolls back leaves
+    no visible version with its ``xmin``, so what it noted here is simply never matched. The values are
+    kept encoded and decoded afresh on each use, so no caller can change what the next one gets. They are
+    the manifests left after the round's erasures, so they name no erased subject."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[int, KnownRow] = {}
+
+    def known(self, model_id: int) -> KnownRow | None:
+        with self._lock:
+            return self._rows.get(model_id)
+
+    def note(self, model_id: int, xmin: str, encoded: Mapping[str, bytes | None]) -> None:
+        """The row version ``xmin`` of the model holds these columns' ``encoded`` values."""
+        with self._lock:
+            self._rows[model_id] = KnownRow(xmin, dict(encoded))
+
+
+@dataclass(frozen=True)
+class KnownRow:
+    """What :class:`KnownManifests` knows of one model's row: the row version, and columns' values."""
+
+    xmin: str
+    encoded: Mapping[str, bytes | None]
+
+    def values(self) -> dict[str, Any]:
+        """column -> its value, decoded afresh."""
+        return {
+            column: None if data is None else jsoncodec.loads(data) for column, data in self.encoded.items()
+        }
 
 
 def _assemble(rows: Bucket, manifest: Mapping[str, Any]) -> Dataset:
