@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, Update, bindparam, insert, select, update
+from sqlalchemy import Select, Update, bindparam, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from service.db.base import table, utcnow
@@ -20,6 +20,9 @@ _requests = table(DeletionRequest).c
 _INSERT_REQUESTS = insert(table(DeletionRequest)).returning(_requests.id, sort_by_parameter_order=True)
 _INSERT_EVENTS = insert(table(RequestEvent))
 _INSERT_SUBJECTS = insert(table(RequestSubject))
+_ANY_QUEUED = select(
+    exists().where(_requests.model_id == bindparam("model_id"), _requests.state == "queued")
+)
 _LOCK_APPLIED = (
     select(_requests.id, _requests.callback_url, _requests.created_at)
     .where(
@@ -139,6 +142,9 @@ class DeletionRepository:
         if limit is not None:
             params["limit"] = limit
         return list(self.session.scalars(_in_states(lock, limit is not None), params))
+
+    def any_queued(self, model_id: int) -> bool:
+        return bool(self.session.scalar(_ANY_QUEUED, {"model_id": model_id}))
 
     def list(
         self, *, model_id: int | None, state: str | None, after_id: int | None, limit: int

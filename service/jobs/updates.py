@@ -108,8 +108,9 @@ def request_update(rt: Runtime, model_id: int) -> None:
     """After a commit that queued deletions: make sure an update job for the model is on its way.
 
     The queued request rows are the durable record of the work (the reconciler re-publishes for any
-    left queued), so the job is published directly, and only when none is already pending: under load,
-    one job drains many requests and the broker sees one message, not one per request.
+    left queued), so the job is published directly, and only when no job holds the model's claim (one is
+    on its way or draining, :func:`apply_deletions`): under load, one job drains many requests and the
+    broker sees one message, not one per request.
     """
     if rt.hot.claim_update(model_id):
         try:
@@ -124,12 +125,14 @@ def request_update(rt: Runtime, model_id: int) -> None:
 def apply_deletions(rt: Runtime, model_id: int) -> None:
     """Drain the model's queued requests, one version per round, until none is left.
 
+    The job holds the model's claim that its request published (:func:`request_update`) until the queue
+    is empty, so requests committed meanwhile publish no job of their own: each would cost the API a
+    publish and the worker a message, for a round this drain runs anyway (bench/README.md, item 30).
+
     An update that fails unexpectedly is retried (the reconciler re-publishes it); after
     ``_MAX_CONSECUTIVE_FAILURES`` in a row the queued requests fail with the error, and the model stays
     on its current version, so a persistent fault is reported instead of keeping requests queued.
     """
-    # Before reading the queue: a request committed from now on publishes a job of its own.
-    rt.hot.release_update(model_id)
     if not _drains.enter(model_id):
         return
     try:
@@ -138,6 +141,7 @@ def apply_deletions(rt: Runtime, model_id: int) -> None:
             _drain(rt, model_id)
     except Exception as exc:
         _drains.leave(model_id)
+        rt.hot.release_update(model_id)  # requests from now on publish a job (a retry) at once
         _failures[model_id] = _failures.get(model_id, 0) + 1
         if _failures[model_id] >= _MAX_CONSECUTIVE_FAILURES:
             _failures.pop(model_id, None)
@@ -166,12 +170,24 @@ def _drain(rt: Runtime, model_id: int) -> None:
         round_ = _apply_with_retries(rt, model_id)
         if round_.version is not None:
             finish(rt, model_id, round_.version.id, round_.version)
-        if not round_.more_queued:
+        if round_.more_queued:
+            continue
+        # Let go of the claim, then look at the queue once more: a request committed before the release
+        # published no job and is seen here; one committed after it publishes a job, unless this drain
+        # takes the claim back first and so reads it in its next round. A model that cannot take an
+        # update now (retraining) gets a job from whatever makes it ready (service.jobs.training).
+        rt.hot.release_update(model_id)
+        if not round_.updatable or not _has_queued(rt, model_id) or not rt.hot.claim_update(model_id):
             return
-    # Still busy: hand the rest to a fresh job instead of monopolising this worker.
+    # Still busy: hand the rest, and the claim, to a fresh job instead of monopolising this worker.
     with rt.uow() as uow:
         uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
         uow.commit()
+
+
+def _has_queued(rt: Runtime, model_id: int) -> bool:
+    with rt.uow() as uow:
+        return uow.deletions.any_queued(model_id)
 
 
 def _apply_with_retries(rt: Runtime, model_id: int) -> Round:
@@ -205,10 +221,8 @@ class Round:
 
     progressed: bool  # whether it handled any queued request
     version: ModelVersion | None  # the version to finish, as committed (the completion need not read it)
-    # It took as many requests as a round may (``max_batch``), so more may still be queued. Those queued
-    # later are not its concern: each published a job of its own after this job's start
-    # (:func:`request_update`, :func:`apply_deletions`), so a job goes on only when its round was full.
-    more_queued: bool = False
+    more_queued: bool = False  # it took as many requests as a round may (``max_batch``): more may wait
+    updatable: bool = True  # False: the model is unknown, not trained or not ready (retraining)
 
 
 def apply_batch(rt: Runtime, model_id: int) -> Round:
@@ -218,7 +232,7 @@ def apply_batch(rt: Runtime, model_id: int) -> Round:
         locked = _lock_round(rt, uow, model_id)
         model, requests, version = locked.model, locked.requests, locked.version
         if model is None or model.status != "ready" or model.current_version_id is None:
-            return Round(False, None)
+            return Round(False, None, updatable=False)
         if not requests:
             return Round(False, None)
         claimed_at = utcnow()

@@ -1,13 +1,16 @@
 """50 concurrent deletions on one model: a gap-free version chain, every request applied exactly once,
-the ledger never above its cap. One job drains a queue longer than a round may take."""
+the ledger never above its cap. One job drains a queue longer than a round may take, and the requests
+committed while it drains."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from service.jobs import updates
 from service.jobs.training import train_model
 from service.jobs.updates import apply_deletions
 from service.runtime import Runtime
@@ -81,3 +84,35 @@ def test_one_job_drains_a_queue_longer_than_a_round_may_take(tmp_path: Path) -> 
         done = [client.deletion(i) for i in ids]
         assert [d["state"] for d in done] == ["completed"] * 5
         assert [d["version"]["seq"] for d in done] == [2, 2, 3, 3, 4]
+
+
+def test_a_request_committed_while_a_drain_holds_the_claim_is_drained_by_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request committed during a drain publishes no job (the drain holds the model's claim), so the
+    drain itself must read it: after its last round it lets go of the claim and looks at the queue once
+    more. Here a third request arrives while the first round's version is completed; the one job
+    completes all three, in two versions, and leaves the claim free."""
+    with deployment_of_its_own(tmp_path) as deployment:
+        client, runtime = deployment.client, deployment.runtime
+        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
+        train_model(runtime, model_id)
+        client.ready(model_id)
+        ids = [int(client.delete(model_id, owner_ids=[f"owner-{i:05d}"])["id"]) for i in range(2)]
+        assert not runtime.hot.claim_update(model_id)  # their job's claim, still held
+
+        finish = updates.finish
+
+        def finish_while_a_request_arrives(*args: Any, **kwargs: Any) -> None:
+            if len(ids) == 2:
+                ids.append(int(client.delete(model_id, owner_ids=["owner-00002"])["id"]))
+            finish(*args, **kwargs)
+
+        monkeypatch.setattr(updates, "finish", finish_while_a_request_arrives)
+        apply_deletions(runtime, model_id)
+
+        done = [client.deletion(i) for i in ids]
+        assert [d["state"] for d in done] == ["completed"] * 3
+        assert [d["version"]["seq"] for d in done] == [2, 2, 3]
+        assert runtime.hot.claim_update(model_id)  # the drain let go of the claim
+        runtime.hot.release_update(model_id)

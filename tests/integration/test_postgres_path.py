@@ -1,14 +1,19 @@
 """The round's pipelined reads on Postgres (service.jobs.postgres_path.lock_round): the rows it reads
-become the session's objects (changes to them are flushed, as to objects the ORM loaded), and the
-model's row stays locked until the transaction ends, as ModelRepository.lock leaves it."""
+become the session's objects (changes to them are flushed, as to objects the ORM loaded), the model's
+row stays locked until the transaction ends, as ModelRepository.lock leaves it, and its manifests are
+read only when the row changed since this process noted them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 import pytest
+from sqlalchemy import Connection, text
 from sqlalchemy.orm import object_session
 
 from service.jobs.postgres_path import lock_round
+from service.jobs.state import KnownManifests
 from service.runtime import Runtime
 from tests.integration.conftest import Client
 
@@ -46,3 +51,43 @@ def test_a_round_s_reads_lock_the_model_and_become_the_session_s_objects(
         assert stored is not None and stored.eta_seconds == 1234.5
         stored.eta_seconds = eta
         uow.commit()
+
+
+def _xmin(conn: Connection, model_id: int) -> str:
+    """The xmin of the model's row version, as this connection sees it."""
+    return str(conn.execute(text("SELECT xmin::text FROM models WHERE id = :id"), {"id": model_id}).scalar())
+
+
+def test_a_round_reads_the_manifests_only_when_the_row_changed_since_they_were_noted(
+    client: Client, runtime: Runtime
+) -> None:
+    """KnownManifests: what a process noted for the row version it wrote stands in for the manifests
+    while the row is still that version; once anything changes the row, or for a version that never
+    committed, the manifests are read from the row."""
+    model_id = client.trained(n=40, samples_per_owner=2)
+    noted = {"training": b'{"buckets": {}, "noted": 1}', "statistics": None}
+    manifests = KnownManifests()
+
+    def round_model() -> Any:
+        with runtime.uow() as uow:
+            conn = uow.postgres_connection()
+            assert conn is not None
+            model = lock_round(conn, uow.session, model_id, limit=1, manifests=manifests).model
+            assert model is not None
+            values = model.training, model.statistics
+        return values
+
+    stored = round_model()
+    assert stored[0]["buckets"] and stored[1] is not None  # nothing known: read from the row
+    with runtime.engine.connect() as conn:
+        manifests.note(model_id, _xmin(conn, model_id), noted)
+    assert round_model() == ({"buckets": {}, "noted": 1}, None)  # the row is that version: not read
+    with runtime.engine.begin() as conn:  # any change to the row makes a new version
+        conn.execute(text("UPDATE models SET eta_seconds = eta_seconds WHERE id = :id"), {"id": model_id})
+    assert round_model() == stored
+    with runtime.engine.connect() as conn:  # a version noted by a transaction that rolled back
+        conn.execute(text("UPDATE models SET eta_seconds = eta_seconds WHERE id = :id"), {"id": model_id})
+        rolled_back = _xmin(conn, model_id)
+        conn.rollback()
+    manifests.note(model_id, rolled_back, noted)
+    assert round_model() == stored
