@@ -150,15 +150,18 @@ class HotStore:
         pipe.execute()
 
     def claim_update(self, model_id: int, ttl_seconds: int = 30) -> bool:
-        """True for the first caller since the model's update job last started: only that caller
-        publishes a job; the others' requests are read by the job already on its way."""
+        """True for the first caller since the model's claim was last let go: only that caller publishes
+        a job; the others' requests are read by the job on its way or draining, which holds the claim
+        until the model's queue is empty (service.jobs.updates.apply_deletions). The claim expires after
+        ``ttl_seconds``, so a worker that died holding it delays new jobs that long at most (and the
+        reconciler re-publishes for requests left queued meanwhile)."""
         try:
             return bool(self.client.set(self.key(model_id, "update-pending"), 1, nx=True, ex=ttl_seconds))
         except redis.RedisError:
             return True  # cannot tell: publish (a redundant job is harmless)
 
     def release_update(self, model_id: int) -> None:
-        """Called by the update job before it reads the queue: later requests publish a new job."""
+        """Let go of the claim: requests committed from now on publish a job of their own."""
         self.client.delete(self.key(model_id, "update-pending"))
 
     # -- statistics ---------------------------------------------------------------------------
