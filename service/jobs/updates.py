@@ -170,12 +170,15 @@ def _drain(rt: Runtime, model_id: int) -> None:
         round_ = _apply_with_retries(rt, model_id)
         if round_.version is not None:
             finish(rt, model_id, round_.version.id, round_.version)
-        if round_.more_queued:
+        if round_.progressed:
+            # Requests committed meanwhile published no job: the next round's read is the look at the
+            # queue (under load it finds some, and no other statement is spent on looking).
             continue
-        # Let go of the claim, then look at the queue once more: a request committed before the release
-        # published no job and is seen here; one committed after it publishes a job, unless this drain
-        # takes the claim back first and so reads it in its next round. A model that cannot take an
-        # update now (retraining) gets a job from whatever makes it ready (service.jobs.training).
+        # The queue was empty at this round's read: let go of the claim, then look at the queue once
+        # more: a request committed before the release published no job and is seen here; one committed
+        # after it publishes a job, unless this drain takes the claim back first and so reads it in its
+        # next round. A model that cannot take an update now (retraining) gets a job from whatever makes
+        # it ready (service.jobs.training).
         rt.hot.release_update(model_id)
         if not round_.updatable or not _has_queued(rt, model_id) or not rt.hot.claim_update(model_id):
             return
@@ -219,9 +222,8 @@ class _Forgot:
 class Round:
     """What one update round did (:func:`apply_batch`)."""
 
-    progressed: bool  # whether it handled any queued request
+    progressed: bool  # whether it handled any queued request (then the queue may hold more)
     version: ModelVersion | None  # the version to finish, as committed (the completion need not read it)
-    more_queued: bool = False  # it took as many requests as a round may (``max_batch``): more may wait
     updatable: bool = True  # False: the model is unknown, not trained or not ready (retraining)
 
 
@@ -273,7 +275,7 @@ def apply_batch(rt: Runtime, model_id: int) -> Round:
         uow.commit()
     metrics.UPDATE_SECONDS.observe(time.perf_counter() - started)
     metrics.UPDATE_BATCH.observe(len(requests))
-    return Round(True, finished, more_queued=len(requests) >= rt.settings.max_batch)
+    return Round(True, finished)
 
 
 def _lock_round(rt: Runtime, uow: UnitOfWork, model_id: int) -> LockedRound:
