@@ -63,7 +63,9 @@ def write_state(
     """The weights and the method's own tensors: (released, clean, spec, artifacts)."""
     spec = state.model.to_dict() if hasattr(state.model, "to_dict") else dict(state.model)
     released = artifacts.put(encode_weights(state.released_weights, spec))
-    clean = artifacts.put(encode_weights(state.clean_weights, spec))
+    # A release without noise (sigma 0, the audited mode) is the clean tensor itself: one blob, encoded once.
+    same = state.clean_weights is state.released_weights
+    clean = released if same else artifacts.put(encode_weights(state.clean_weights, spec))
     own = {name: artifacts.put(encode_artifact(name, t)) for name, t in sorted(state.artifacts.items())}
     return released, clean, spec, own
 

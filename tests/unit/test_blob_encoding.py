@@ -13,9 +13,12 @@ from safetensors.numpy import load as np_load
 from safetensors.numpy import save as np_save
 
 from service.jobs.state import BlobCache
+from service.jobs.versions import write_state
 from service.storage.artifacts import LocalArtifactStore
 from service.storage.buckets import Bucket, decode_bucket, encode_bucket
 from service.storage.tensors import canonical, decode_weights, encode_weights, read_metadata
+from unlearning.methods.protocol import MethodState
+from unlearning.models.flat import ModelSpec
 
 
 def bucket() -> Bucket:
@@ -83,3 +86,29 @@ def test_remembered_weights_are_served_without_a_read_and_equal_the_stored_ones(
     served = cache.weights(digest)
     assert reads == []
     assert torch.equal(served, decode_weights(real_get(digest)))
+
+
+class _CountingStore(LocalArtifactStore):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.puts = 0
+
+    def put(self, data: bytes) -> str:
+        self.puts += 1
+        return super().put(data)
+
+
+def test_a_release_without_noise_is_one_blob_and_a_noisy_one_two(tmp_path: Path) -> None:
+    """The audited mode releases the clean tensor itself: its state's weights are written once and both
+    names are that blob's. A noisy release is a blob of its own."""
+    store = _CountingStore(tmp_path)
+    spec = ModelSpec("logistic_regression", (4,), 3)
+    clean = torch.arange(12, dtype=torch.float32)
+    same = MethodState("hessian_free", spec, clean, clean, None, {})
+    released, kept, _, _ = write_state(store, same)
+    assert released == kept and store.puts == 1
+    assert decode_weights(store.get(released)).equal(clean)
+    noisy = MethodState("hessian_free", spec, clean, clean + 0.5, None, {})
+    released, kept, _, _ = write_state(store, noisy)
+    assert released != kept and store.puts == 3
+    assert decode_weights(store.get(kept)).equal(clean)
