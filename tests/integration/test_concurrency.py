@@ -68,9 +68,9 @@ def test_mlps_trained_at_once_on_one_worker_equal_the_same_mlps_trained_alone(cl
 
 def test_one_job_drains_a_queue_longer_than_a_round_may_take(tmp_path: Path) -> None:
     """A round takes at most ``max_batch`` requests (2 here); the five queued before the job started
-    published no job of their own (the first one's was pending), so the job goes on while its rounds are
-    full: three versions, of 2, 2 and 1 requests, every request completed. No worker runs in this
-    deployment: the test runs the jobs itself."""
+    published no job of their own (the first one's was pending), so the job goes on after each round that
+    handled requests: three versions, of 2, 2 and 1 requests, every request completed. No worker runs in
+    this deployment: the test runs the jobs itself."""
     with deployment_of_its_own(tmp_path, max_batch="2") as deployment:
         client, runtime = deployment.client, deployment.runtime
         model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
@@ -90,9 +90,8 @@ def test_a_request_committed_while_a_drain_holds_the_claim_is_drained_by_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request committed during a drain publishes no job (the drain holds the model's claim), so the
-    drain itself must read it: after its last round it lets go of the claim and looks at the queue once
-    more. Here a third request arrives while the first round's version is completed; the one job
-    completes all three, in two versions, and leaves the claim free."""
+    drain itself must read it. Here a third request arrives while the first round's version is
+    completed; the one job completes all three, in two versions, and leaves the claim free."""
     with deployment_of_its_own(tmp_path) as deployment:
         client, runtime = deployment.client, deployment.runtime
         model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
@@ -116,3 +115,32 @@ def test_a_request_committed_while_a_drain_holds_the_claim_is_drained_by_it(
         assert [d["version"]["seq"] for d in done] == [2, 2, 3]
         assert runtime.hot.claim_update(model_id)  # the drain let go of the claim
         runtime.hot.release_update(model_id)
+
+
+def test_a_request_committed_just_before_the_drain_lets_go_of_the_claim_is_drained_by_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a round that found the queue empty the drain lets go of the claim; a request committed
+    after that round's read but before the release published no job (the claim was still held), so the
+    drain looks at the queue once more after the release, takes the claim back and drains it."""
+    with deployment_of_its_own(tmp_path) as deployment:
+        client, runtime = deployment.client, deployment.runtime
+        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
+        train_model(runtime, model_id)
+        client.ready(model_id)
+        ids = [int(client.delete(model_id, owner_ids=["owner-00000"])["id"])]
+        release = runtime.hot.release_update
+
+        def release_after_a_request_arrives(mid: int) -> None:
+            if len(ids) == 1:  # the drain's first release: its round before found the queue empty
+                ids.append(int(client.delete(model_id, owner_ids=["owner-00001"])["id"]))
+            release(mid)
+
+        monkeypatch.setattr(runtime.hot, "release_update", release_after_a_request_arrives)
+        apply_deletions(runtime, model_id)
+
+        done = [client.deletion(i) for i in ids]
+        assert [d["state"] for d in done] == ["completed"] * 2
+        assert [d["version"]["seq"] for d in done] == [2, 3]
+        assert runtime.hot.claim_update(model_id)  # the drain let go of the claim at its end
+        release(model_id)
