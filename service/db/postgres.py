@@ -59,14 +59,13 @@ def select_list(entity: type[Base], unless_known: Mapping[str, str] | None = Non
     :func:`adopt` as the engine decodes them). ``unless_known``: column -> a SQL condition under which it
     is read as NULL (its value is known to the reader already)."""
     known = unless_known or {}
-    return ", ".join(
-        f"CASE WHEN {known[c.name]} THEN NULL ELSE {c.name}::text END"
-        if c.name in known
-        else f"{c.name}::text"
-        if isinstance(c.type, JSON)
-        else c.name
-        for c in table(entity).c
-    )
+
+    def selected(column: Any) -> str:
+        read = f"{column.name}::text" if isinstance(column.type, JSON) else column.name
+        condition = known.get(column.name)
+        return read if condition is None else f"CASE WHEN {condition} THEN NULL ELSE {read} END"
+
+    return ", ".join(selected(c) for c in table(entity).c)
 
 
 def adopt(
@@ -115,8 +114,14 @@ def jsonb(value: Any) -> Jsonb:
     return Jsonb(value, dumps=jsoncodec.dumps_bytes)
 
 
+def json_bytes(value: Mapping[str, Any] | None) -> bytes | None:
+    """A JSON column's value (the bucket manifests: models.training, models.statistics, datasets.arrays)
+    encoded as the engine encodes it; None stays None (SQL NULL)."""
+    return None if value is None else jsoncodec.dumps_bytes(value)
+
+
 def json_encoded(data: bytes | None) -> Json | None:
-    """A value for a JSON column already encoded by :func:`service.db.jsoncodec.dumps_bytes`."""
+    """The parameter for a JSON column of :func:`json_bytes`'s encoding."""
     return None if data is None else Json(data, dumps=_as_is)
 
 
@@ -125,9 +130,13 @@ def _as_is(data: bytes) -> bytes:
 
 
 def json_value(value: Mapping[str, Any] | None) -> Json | None:
-    """A value for a JSON column (the bucket manifests: models.training, models.statistics,
-    datasets.arrays), encoded as the engine encodes it."""
-    return None if value is None else Json(value, dumps=jsoncodec.dumps_bytes)
+    """The parameter for a JSON column holding ``value``."""
+    return json_encoded(json_bytes(value))
+
+
+def columns_of(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """Rows of equal length as their columns, one list each: the arrays a statement unnests."""
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 def lock_chain_head(conn: Connection[Any], chain: str, *, create: bool = True) -> Cursor[Any]:
@@ -174,5 +183,4 @@ def append_events(conn: Connection[Any], head: ChainHead, events: list[dict[str,
 def insert_history(conn: Connection[Any], rows: Sequence[tuple[int, str, datetime, str | None]]) -> None:
     """(request id, state, at, detail) rows of requests' state history, in this order."""
     if rows:
-        request_ids, states, ats, details = (list(column) for column in zip(*rows, strict=True))
-        conn.execute(_HISTORY, (request_ids, states, ats, details))
+        conn.execute(_HISTORY, columns_of(rows))

@@ -24,7 +24,7 @@ from psycopg import Connection, Cursor
 from service import metrics
 from service.audit.repository import ChainHead
 from service.audit.service import requests_chain
-from service.db.postgres import append_events, chain_head, insert_history, jsonb, lock_chain_head
+from service.db.postgres import append_events, chain_head, columns_of, insert_history, jsonb, lock_chain_head
 from service.deletions.schemas import DeletionAccepted, DeletionIn
 from service.deletions.service import SubmissionPlan, check_accepting, named_subjects, plan_submissions
 from service.errors import ApiError
@@ -115,7 +115,7 @@ class PostgresSubmissions:
         """Claim ``keys`` ((scope, key, fingerprint), new ones in flight) and read what accepting
         ``bodies_by_model`` needs; returns the (scope, key) pairs claimed."""
         conn = self._conn
-        scopes, names, fingerprints = (list(column) for column in zip(*keys, strict=True))
+        scopes, names, fingerprints = columns_of(keys)
         reads: dict[int, _ModelReads] = {}
         with conn.pipeline():
             claimed = conn.execute(_CLAIM_KEYS, (created_at, expires_at, scopes, names, fingerprints))
@@ -181,7 +181,7 @@ class PostgresSubmissions:
                         append_events(conn, heads[model_id], plan.events(ids), plan.now)
                         accepted += len(ids)
             if answers:
-                scopes, keys, statuses, bodies = (list(column) for column in zip(*answers, strict=True))
+                scopes, keys, statuses, bodies = columns_of(answers)
                 conn.execute(_COMPLETE_KEYS, (scopes, keys, statuses, [jsonb(b) for b in bodies]))
         metrics.DELETIONS_RECEIVED.inc(accepted)
 
@@ -217,5 +217,4 @@ def _insert_requests(conn: Connection[Any], plan: SubmissionPlan, ids: list[int]
     )
     subjects = plan.subjects(ids)
     if subjects:
-        request_ids, hashes, kinds = (list(column) for column in zip(*subjects, strict=True))
-        conn.execute(_INSERT_SUBJECTS, (request_ids, hashes, kinds))
+        conn.execute(_INSERT_SUBJECTS, columns_of(subjects))

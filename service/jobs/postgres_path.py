@@ -41,6 +41,7 @@ from service.db.postgres import (
     chain_head,
     insert_history,
     insert_row,
+    json_bytes,
     json_encoded,
     json_value,
     lock_chain_head,
@@ -298,10 +299,7 @@ def record_unlearned_version(
             created_at=now,
         )
         conn.execute(*insert_row(version))
-        manifests_written = {
-            "training": _encoded(release.training),
-            "statistics": _encoded(release.statistics),
-        }
+        manifests_written = {column: json_bytes(getattr(release, column)) for column in _MANIFEST_COLUMNS}
         moved_cur = conn.execute(
             _MOVE_MODEL,
             (
@@ -344,10 +342,6 @@ def record_unlearned_version(
         # Noted before the commit: should it roll back, no row version ever has this xmin.
         manifests.note(model.id, str(moved[0]), manifests_written)
     return version
-
-
-def _encoded(manifest: Mapping[str, Any] | None) -> bytes | None:
-    return None if manifest is None else jsoncodec.dumps_bytes(manifest)
 
 
 def _source_dataset(row: Any, model: Model) -> _SourceDataset:

@@ -264,7 +264,9 @@ def apply_batch(rt: Runtime, model_id: int) -> Round:
             _await_retrain(uow, model, [p.request for p in wait], reason or "", claimed_at)
         finished: ModelVersion | None = None
         if forgot.outcome is not None and forgot.outcome.forgotten_ids:
-            finished = _record_update(rt, uow, model, stats, forgot.batch, forgot.outcome, claimed_at)
+            finished = _record_update(
+                rt, uow, model, version, stats, forgot.batch, forgot.outcome, claimed_at
+            )
         elif forgot.batch.plans:
             # Nothing left to forget (an earlier version already excludes these subjects): the
             # current version answers them.
@@ -380,11 +382,14 @@ def _record_update(
     rt: Runtime,
     uow: UnitOfWork,
     model: Model,
+    previous: ModelVersion,
     stats: RedisSampleStatistics | None,
     batch: Batch,
     outcome: ForgetOutcome,
     claimed_at: Any,
 ) -> ModelVersion:
+    """Write the round's blobs and record its version (``previous``: the version the round started from),
+    through the pipelined statements on Postgres, the repositories elsewhere."""
     planned = batch.samples
     if stats is not None:
         planned = {**planned, **stats.staged}
@@ -440,8 +445,6 @@ def _record_update(
 
     conn = uow.postgres_connection()
     if conn is not None:
-        previous = uow.models.version(model.current_version_id) if model.current_version_id else None
-        assert previous is not None  # apply_batch checked it
         unlearned = UnlearnedVersion(
             model, previous, release, batch, forgotten, emptied, request, charge, claimed_at
         )
