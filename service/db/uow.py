@@ -84,6 +84,20 @@ class UnitOfWork:
             self.session.execute(text("SET LOCAL synchronous_commit = off"))
         return self
 
+    def snapshot(self) -> UnitOfWork:
+        """Make this transaction read one snapshot of the database, and write nothing. Call it before any
+        statement.
+
+        Postgres runs a transaction's statements in READ COMMITTED, each seeing what committed before it
+        started: a reader of several statements (the audit chains' heads, then their events in pages) can
+        see a writer's commit between two of them. ``REPEATABLE READ`` makes every statement see what
+        committed before the first. SQLite needs nothing: every transaction begins with BEGIN IMMEDIATE
+        (service.db.engine), which excludes writers until it ends.
+        """
+        if self._on_postgres():
+            self.session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+        return self
+
     def refresh_planner_statistics(self) -> None:
         """``ANALYZE`` the tables a model's registration and training fill in bulk (Postgres).
 
