@@ -68,6 +68,18 @@ class Runtime:
     def uow(self) -> UnitOfWork:
         return UnitOfWork(self.sessions, publish=self.dispatcher.publish, blob_exists=self.artifacts.exists)
 
+    def snapshot(self) -> UnitOfWork:
+        """A unit of work that reads one snapshot of the database and writes nothing: for an answer read
+        in several statements (a request's row, then its history; the audit chains' heads, then their
+        events), so that no commit between two of them shows a state that never existed.
+
+        Postgres runs each statement of a READ COMMITTED transaction on what committed before the
+        statement began; this one is ``REPEATABLE READ, READ ONLY``, every statement on what committed
+        before the first. SQLite needs nothing: every transaction begins with BEGIN IMMEDIATE
+        (service.db.engine), which keeps writers out until it ends.
+        """
+        return UnitOfWork(self.sessions, snapshot=True)
+
     def deletion_intake(self) -> DeletionIntake:
         """The group commit of deletion submissions (its thread runs in a started API process; unstarted,
         each submission commits alone)."""

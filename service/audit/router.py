@@ -66,7 +66,7 @@ def query_events(
     if owner_id is not None or sample_id is not None:
         hashes = [rt.hasher.owner(owner_id)] if owner_id is not None else []
         hashes += [rt.hasher.sample(sample_id)] if sample_id is not None else []
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         events = uow.audit.query(
             model_id=model_id,
             request_id=request_id,
@@ -117,10 +117,10 @@ def verify(
     chains = [chain] if chain is not None else None
     if model_id is not None:
         chains = [*(chains or []), *chains_of_model(model_id)]
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         # The heads and the events from one snapshot: an event committed between the two reads would
         # otherwise look like an event beyond the head, reported as tampering.
-        reports = verify_all(uow.snapshot().audit, chains)
+        reports = verify_all(uow.audit, chains)
     return VerifyOut(
         ok=all(r.ok for r in reports),
         chains=[ChainOut(**r.__dict__) for r in reports],

@@ -37,8 +37,10 @@ class UnitOfWork:
         sessions: sessionmaker[Session],
         publish: Callable[[list[Message]], None] | None = None,
         blob_exists: Callable[[str], bool] | None = None,
+        snapshot: bool = False,
     ) -> None:
         self._sessions = sessions
+        self._snapshot = snapshot
         self._publish = publish
         self._blob_exists = blob_exists
 
@@ -52,6 +54,8 @@ class UnitOfWork:
         self.idempotency = IdempotencyRepository(self.session)
         self.outbox = OutboxRepository(self.session)
         self.refs = ArtifactRefRepository(self.session)
+        if self._snapshot and self._on_postgres():
+            self.session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
         return self
 
     def __exit__(
@@ -82,20 +86,6 @@ class UnitOfWork:
         """
         if self._on_postgres():
             self.session.execute(text("SET LOCAL synchronous_commit = off"))
-        return self
-
-    def snapshot(self) -> UnitOfWork:
-        """Make this transaction read one snapshot of the database, and write nothing. Call it before any
-        statement.
-
-        Postgres runs a transaction's statements in READ COMMITTED, each seeing what committed before it
-        started: a reader of several statements (the audit chains' heads, then their events in pages) can
-        see a writer's commit between two of them. ``REPEATABLE READ`` makes every statement see what
-        committed before the first. SQLite needs nothing: every transaction begins with BEGIN IMMEDIATE
-        (service.db.engine), which excludes writers until it ends.
-        """
-        if self._on_postgres():
-            self.session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
         return self
 
     def refresh_planner_statistics(self) -> None:

@@ -148,7 +148,7 @@ def list_deletions(
     after_id: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> DeletionList:
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         get_model(uow, model_id)
         rows = uow.deletions.list(model_id=model_id, state=state, after_id=after_id, limit=limit)
         events = uow.deletions.events_for([r.id for r in rows])
@@ -165,7 +165,7 @@ def list_deletions(
     responses=error_responses(404),
 )
 def get_deletion(request_id: RequestId, rt: RuntimeDep) -> DeletionOut:
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         return service.request_out(uow, service.get_request(uow, request_id))
 
 

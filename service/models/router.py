@@ -54,7 +54,7 @@ def list_models(
     after_id: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> ModelList:
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         models = uow.models.list(after_id=after_id, limit=limit)
         return ModelList(
             models=[service.model_out(uow, m) for m in models],
@@ -69,7 +69,7 @@ def list_models(
     responses=error_responses(404),
 )
 def get_model(model_id: ModelId, rt: RuntimeDep) -> ModelOut:
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         return service.model_out(uow, service.get_model(uow, model_id))
 
 
@@ -128,7 +128,7 @@ def list_versions(
     after_seq: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> VersionList:
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         service.get_model(uow, model_id)
         versions = uow.models.versions(model_id, after_seq=after_seq, limit=limit)
         parents = uow.models.seqs_of(v.parent_id for v in versions if v.parent_id) if after_seq else {}
@@ -148,7 +148,7 @@ def list_versions(
 def get_version(
     model_id: ModelId, seq: Annotated[int, Path(ge=1, le=MAX_DB_INT)], rt: RuntimeDep
 ) -> VersionOut:
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         service.get_model(uow, model_id)
         version = uow.models.version_by_seq(model_id, seq)
         if version is None:
@@ -179,7 +179,7 @@ def download_weights(
         str | None, Header(max_length=8192, description="ETags of weights the caller holds")
     ] = None,
 ) -> Response:
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         model = service.get_model(uow, model_id)
         version = service.current_version(uow, model)
         headers = {"X-Model-Version": str(version.seq), "ETag": f'"{version.released_sha256}"'}
@@ -222,5 +222,5 @@ def predict(model_id: ModelId, body: PredictIn, rt: RuntimeDep) -> PredictOut:
     responses=error_responses(404),
 )
 def get_budget(model_id: ModelId, rt: RuntimeDep) -> BudgetOut:
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         return budget(uow, service.get_model(uow, model_id))

@@ -38,7 +38,7 @@ def deletion_receipt(
     owner_id: Annotated[list[SubjectId], Query(max_length=_NAMED, description="Owner ids to name")] = [],  # noqa: B006
     sample_id: Annotated[list[SubjectId], Query(max_length=_NAMED, description="Sample ids to name")] = [],  # noqa: B006
 ) -> ReceiptOut:
-    with rt.uow() as uow:
+    with rt.snapshot() as uow:
         return service.issue(uow, rt.hasher, rt.receipts, request_id, owner_id, sample_id)
 
 
