@@ -68,3 +68,28 @@ def test_a_deletion_is_read_from_one_snapshot(
     monkeypatch.undo()
     after = client.http.get(f"/v1/deletions/{request_id}").json()
     assert detail in [h["detail"] for h in after["history"]]  # it did commit, after the snapshot
+    _every_snapshot_read_answers(client, model_id, request_id)
+
+
+def _every_snapshot_read_answers(client: Client, model_id: int, request_id: int) -> None:
+    """The routes that read in a snapshot write nothing and lock no row (a READ ONLY transaction would
+    refuse either): each answers on Postgres."""
+    for path in (
+        "/v1/models",
+        f"/v1/models/{model_id}",
+        f"/v1/models/{model_id}/versions",
+        f"/v1/models/{model_id}/versions/2",
+        f"/v1/models/{model_id}/budget",
+        f"/v1/models/{model_id}/deletions",
+        f"/v1/deletions/{request_id}/receipt",
+        f"/v1/audit/events?model_id={model_id}",
+        f"/v1/audit/verify?model_id={model_id}",
+    ):
+        answer = client.http.get(path)
+        assert answer.status_code == 200, (path, answer.text)
+    weights = client.http.get(f"/v1/models/{model_id}/weights")
+    assert weights.status_code == 200 and weights.content
+    again = client.http.get(
+        f"/v1/models/{model_id}/weights", headers={"If-None-Match": weights.headers["ETag"]}
+    )
+    assert again.status_code == 304
