@@ -13,7 +13,8 @@ items 18 to 21 and 29). Here they run as psycopg statements on the session's own
 same transaction: whatever the unit of work still holds, such as a failed request's state, is flushed at
 its commit as before), in pipeline mode (:mod:`service.db.postgres`): three round trips for the round
 (its reads; the reads whose answers the writes need: the dataset's row, the version's id, the audit
-chain's head; all the writes) and two for the completion.
+chain's head, sent before the round's blobs are written so that Postgres answers them meanwhile; all the
+writes, during which the caller moves the hot statistics) and two for the completion.
 
 The values written are those of the portable path (:func:`service.jobs.versions.record_version`,
 :func:`~service.jobs.versions.erase_from_source`, :func:`service.jobs.updates.record_erasure`,
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from psycopg import Connection
+from psycopg import Connection, Cursor
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -228,6 +229,35 @@ class UnlearnedVersion:
 
 
 @dataclass
+class VersionReads:
+    """The reads whose answers a round's writes need (:func:`send_version_reads`), pending until the
+    pipeline that sent them ends."""
+
+    dataset: Cursor[Any]  # the source dataset's row, locked (:data:`_LOCK_DATASET`)
+    version_id: Cursor[Any]  # the new version's id
+    head: Cursor[Any]  # the model chain's head, locked
+    owners_left: Cursor[Any] | None  # which of the round's owners not named whole keep samples
+
+
+def send_version_reads(
+    conn: Connection[Any], model: Model, forgotten: Mapping[str, str], emptied: Collection[str]
+) -> VersionReads:
+    """Send, in the caller's pipeline, the round's second round trip: the source dataset's row, the new
+    version's id, the model chain's head and the owners that keep samples. The caller writes the round's
+    blobs before it ends the pipeline, so that they are written while Postgres answers (bench/README.md,
+    item 31); :func:`record_unlearned_version` reads the answers."""
+    undecided = sorted({o for o in forgotten.values() if o} - set(emptied))
+    return VersionReads(
+        dataset=conn.execute(_LOCK_DATASET, {"model_id": model.id, "dataset_id": model.dataset_id}),
+        version_id=conn.execute(_NEXT_VERSION_ID),
+        head=lock_chain_head(conn, model_chain(model.id)),
+        owners_left=(
+            conn.execute(_OWNERS_LEFT, (model.id, undecided, list(forgotten))) if undecided else None
+        ),
+    )
+
+
+@dataclass
 class _SourceDataset:
     """The locked dataset row: its counts and its manifest (None: every row erased already)."""
 
@@ -242,31 +272,26 @@ def record_unlearned_version(
     cache: BlobCache,
     hasher: SubjectHasher,
     round_: UnlearnedVersion,
+    reads: VersionReads,
     created_event: Callable[[int, int], dict[str, Any]],
     manifests: KnownManifests | None = None,
+    while_writing: Callable[[], None] | None = None,
 ) -> ModelVersion:
     """Record the round's version (see the module's docstring); returns its row (not in the session).
 
-    ``created_event(version_id, seq)``: the ``version.created`` audit event. The new references' blobs
-    join ``uow.refs.held``, which the unit of work's commit checks are still stored. The model's new
-    manifests are noted in ``manifests`` with the row version that holds them."""
+    ``reads``: :func:`send_version_reads`'s, answered. ``created_event(version_id, seq)``: the
+    ``version.created`` audit event. The new references' blobs join ``uow.refs.held``, which the unit of
+    work's commit checks are still stored. The model's new manifests are noted in ``manifests`` with the
+    row version that holds them. ``while_writing``: work of the caller's (the hot statistics' move to
+    the new version) run once every write is sent, while Postgres executes them."""
     model, previous = round_.model, round_.previous
     chain = model_chain(model.id)
-    owners = {o for o in round_.forgotten.values() if o}
-    undecided = sorted(owners - set(round_.emptied))
-    with conn.pipeline():
-        dataset_cur = conn.execute(_LOCK_DATASET, {"model_id": model.id, "dataset_id": model.dataset_id})
-        version_cur = conn.execute(_NEXT_VERSION_ID)
-        head_cur = lock_chain_head(conn, chain)
-        left_cur = (
-            conn.execute(_OWNERS_LEFT, (model.id, undecided, list(round_.forgotten))) if undecided else None
-        )
-    source = _source_dataset(dataset_cur.fetchone(), model)
-    version_row = version_cur.fetchone()
+    source = _source_dataset(reads.dataset.fetchone(), model)
+    version_row = reads.version_id.fetchone()
     assert version_row is not None
     version_id = int(version_row[0])
-    head = chain_head(chain, head_cur.fetchone())
-    owners_left = {row[0] for row in left_cur.fetchall()} if left_cur is not None else set()
+    head = chain_head(chain, reads.head.fetchone())
+    owners_left = {row[0] for row in reads.owners_left.fetchall()} if reads.owners_left is not None else set()
 
     now = utcnow()
     release = round_.release
@@ -334,6 +359,8 @@ def record_unlearned_version(
         # The commit's lock (service.storage.refs), taken here after every row lock, as the commit would,
         # rather than in a round trip of its own.
         conn.execute(_COMMIT_LOCK, (COLLECTION_LOCK_KEY,))
+        if while_writing is not None:
+            while_writing()
     uow.refs.commit_locked = True
     uow.refs.held.update(new_blobs - old_blobs)
     _point_model(model, version_id, release)

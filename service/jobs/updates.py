@@ -31,7 +31,13 @@ from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.db.uow import UnitOfWork
 from service.jobs.completion import finish
 from service.jobs.plans import Batch, RequestPlan, plan_requests, tombstones
-from service.jobs.postgres_path import LockedRound, UnlearnedVersion, lock_round, record_unlearned_version
+from service.jobs.postgres_path import (
+    LockedRound,
+    UnlearnedVersion,
+    lock_round,
+    record_unlearned_version,
+    send_version_reads,
+)
 from service.jobs.state import (
     derive_seed,
     load_hot_statistics,
@@ -404,18 +410,21 @@ def _record_update(
     cert = outcome.certificate
     request = batch.forget_request()  # graphs: the stored graph loses exactly these items (service.graphs)
     emptied = emptied_owners(batch, forgotten)
-    release = release_after_forget(
-        rt.artifacts,
-        rt.cache,
-        model,
-        outcome.state,
-        cert,
-        forgotten,
-        rt.settings.max_buckets,
-        staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
-        request=request,
-        whole_owners=emptied,
-    )
+
+    def release_blobs() -> Release:
+        return release_after_forget(
+            rt.artifacts,
+            rt.cache,
+            model,
+            outcome.state,
+            cert,
+            forgotten,
+            rt.settings.max_buckets,
+            staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
+            request=request,
+            whole_owners=emptied,
+        )
+
     charge = {
         "budget_unit": cert.budget_unit,
         "budget_cap": cert.budget_cap,
@@ -443,22 +452,46 @@ def _record_update(
             },
         }
 
+    def move_hot_statistics() -> None:
+        _move_hot_statistics(rt, model, stats, outcome, release, previous.seq + 1)
+
     conn = uow.postgres_connection()
-    if conn is not None:
-        unlearned = UnlearnedVersion(
-            model, previous, release, batch, forgotten, emptied, request, charge, claimed_at
-        )
-        version = record_unlearned_version(conn, uow, rt.cache, rt.hasher, unlearned, created, rt.manifests)
-    else:
+    if conn is None:
+        release = release_blobs()
         version = _record_portably(
             rt, uow, model, release, batch, forgotten, emptied, request, charge, claimed_at, created
         )
-    if stats is not None and release.statistics is not None:
-        if isinstance(outcome.state.statistics, RedisSampleStatistics):
-            stats.apply(version.seq - 1, version.seq)
-        else:
-            load_hot_statistics(rt.hot, rt.cache, model.id, version.seq, release.statistics, release.snapshot)
-    return version
+        move_hot_statistics()
+        return version
+    with conn.pipeline():
+        # The reads the writes need go first, and the blobs are written while Postgres answers them;
+        # the hot statistics move while it executes the writes (bench/README.md, item 31).
+        reads = send_version_reads(conn, model, forgotten, emptied)
+        release = release_blobs()
+    unlearned = UnlearnedVersion(
+        model, previous, release, batch, forgotten, emptied, request, charge, claimed_at
+    )
+    return record_unlearned_version(
+        conn, uow, rt.cache, rt.hasher, unlearned, reads, created, rt.manifests, move_hot_statistics
+    )
+
+
+def _move_hot_statistics(
+    rt: Runtime,
+    model: Model,
+    stats: RedisSampleStatistics | None,
+    outcome: ForgetOutcome,
+    release: Release,
+    seq: int,
+) -> None:
+    """Make Redis hold the statistics of version ``seq``: the round's staged removals applied, or the
+    method's new statistics loaded whole."""
+    if stats is None or release.statistics is None:
+        return
+    if isinstance(outcome.state.statistics, RedisSampleStatistics):
+        stats.apply(seq - 1, seq)
+    else:
+        load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics, release.snapshot)
 
 
 def _record_portably(
