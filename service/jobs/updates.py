@@ -453,7 +453,15 @@ def _record_update(
         }
 
     def move_hot_statistics() -> None:
-        _move_hot_statistics(rt, model, stats, outcome, release, previous.seq + 1)
+        """Make Redis hold the new version's statistics: the round's staged removals applied, or the
+        method's new statistics loaded whole."""
+        if stats is None or release.statistics is None:
+            return
+        seq = previous.seq + 1
+        if isinstance(outcome.state.statistics, RedisSampleStatistics):
+            stats.apply(seq - 1, seq)
+        else:
+            load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics, release.snapshot)
 
     conn = uow.postgres_connection()
     if conn is None:
@@ -474,24 +482,6 @@ def _record_update(
     return record_unlearned_version(
         conn, uow, rt.cache, rt.hasher, unlearned, reads, created, rt.manifests, move_hot_statistics
     )
-
-
-def _move_hot_statistics(
-    rt: Runtime,
-    model: Model,
-    stats: RedisSampleStatistics | None,
-    outcome: ForgetOutcome,
-    release: Release,
-    seq: int,
-) -> None:
-    """Make Redis hold the statistics of version ``seq``: the round's staged removals applied, or the
-    method's new statistics loaded whole."""
-    if stats is None or release.statistics is None:
-        return
-    if isinstance(outcome.state.statistics, RedisSampleStatistics):
-        stats.apply(seq - 1, seq)
-    else:
-        load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics, release.snapshot)
 
 
 def _record_portably(
