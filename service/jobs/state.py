@@ -180,11 +180,15 @@ class KnownManifests:
     to the row, from any process, makes a new version with a new ``xmin``). A round that rolls back leaves
     no visible version with its ``xmin``, so what it noted here is simply never matched. The values are
     kept encoded and decoded afresh on each use, so no caller can change what the next one gets. They are
-    the manifests left after the round's erasures, so they name no erased subject."""
+    the manifests left after the round's erasures, so they name no erased subject.
 
-    def __init__(self) -> None:
+    Only the ``capacity`` models updated last are kept (up to some 700 KB each at 4,096 buckets): a model
+    forgotten here is read in full by its next round, as before."""
+
+    def __init__(self, capacity: int = 128) -> None:
         self._lock = threading.Lock()
-        self._rows: dict[int, KnownRow] = {}
+        self._rows: OrderedDict[int, KnownRow] = OrderedDict()
+        self._capacity = capacity
 
     def known(self, model_id: int) -> KnownRow | None:
         with self._lock:
@@ -194,6 +198,9 @@ class KnownManifests:
         """The row version ``xmin`` of the model holds these columns' ``encoded`` values."""
         with self._lock:
             self._rows[model_id] = KnownRow(xmin, dict(encoded))
+            self._rows.move_to_end(model_id)
+            while len(self._rows) > self._capacity:
+                self._rows.popitem(last=False)
 
 
 @dataclass(frozen=True)
