@@ -8,12 +8,13 @@ plain SQL on :meth:`service.db.uow.UnitOfWork.postgres_connection`, in the same 
 psycopg's pipeline mode: a pipeline sends its statements without waiting for each answer, so a
 transaction costs two or three round trips. The statements used by more than one of them are here.
 
-Arrays go as one parameter each (``unnest``), so a statement costs the same for one row as for hundreds.
+Arrays go as one parameter each (``unnest``), so a statement costs the same for one row as for hundreds,
+written as Postgres array literals by :func:`array_literal` (the statement casts each to its type).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -134,9 +135,50 @@ def json_value(value: Mapping[str, Any] | None) -> Json | None:
     return json_encoded(json_bytes(value))
 
 
+ArrayElement = int | str | datetime | None
+
+
+def array_literal(values: Iterable[ArrayElement]) -> str:
+    """``values`` as a Postgres array literal, ``{1,"a b",NULL}``, for a parameter the statement casts
+    to an array type (``%s::int[]``; psycopg sends a str as text of unknown type, which the cast types).
+
+    psycopg adapts a Python list itself, but builds a list dumper with a transformer of its own for
+    each such parameter and scans the elements for their type: about 25 microseconds a list, and a
+    round sends some twenty-five of them (bench/README.md, item 32). Strings and timestamps are quoted
+    and escaped as Postgres' array input reads them (a backslash escapes the next character), so a
+    value can hold any character, and the text ``NULL`` stays text; integers go bare; None is SQL NULL.
+    Timestamps go in ISO 8601 with their offset (timezone-aware values, as :func:`service.db.base.utcnow`
+    makes)."""
+    return "{" + ",".join(map(_array_element, values)) + "}"
+
+
+def _array_element(value: ArrayElement) -> str:
+    if value is None:
+        return "NULL"
+    if type(value) is int:
+        return str(value)
+    text = value.isoformat() if isinstance(value, datetime) else value
+    if not isinstance(text, str):
+        raise TypeError(
+            f"an array element must be an int, a str, a datetime or None, not {type(value).__name__}"
+        )
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def jsonb_element(value: Any) -> str:
+    """A JSON value as an element of a ``jsonb[]`` :func:`array_literal`, encoded as the engine encodes it."""
+    return jsoncodec.dumps_text(value)
+
+
 def columns_of(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
-    """Rows of equal length as their columns, one list each: the arrays a statement unnests."""
+    """Rows of equal length as their columns, one list each."""
     return [list(column) for column in zip(*rows, strict=True)]
+
+
+def array_columns(rows: Sequence[Sequence[ArrayElement]]) -> list[str]:
+    """Rows of equal length as their columns, one :func:`array_literal` each: the arrays a statement
+    unnests."""
+    return [array_literal(column) for column in zip(*rows, strict=True)]
 
 
 def lock_chain_head(conn: Connection[Any], chain: str, *, create: bool = True) -> Cursor[Any]:
@@ -167,14 +209,14 @@ def append_events(conn: Connection[Any], head: ChainHead, events: list[dict[str,
         (
             head.chain,
             at,
-            [r["chain_seq"] for r in rows],
-            [r["event_type"] for r in rows],
-            [r["model_id"] for r in rows],
-            [r["request_id"] for r in rows],
-            [r["version_id"] for r in rows],
-            [jsonb(r["payload"]) for r in rows],
-            [r["prev_hash"] for r in rows],
-            [r["hash"] for r in rows],
+            array_literal(r["chain_seq"] for r in rows),
+            array_literal(r["event_type"] for r in rows),
+            array_literal(r["model_id"] for r in rows),
+            array_literal(r["request_id"] for r in rows),
+            array_literal(r["version_id"] for r in rows),
+            array_literal(jsonb_element(r["payload"]) for r in rows),
+            array_literal(r["prev_hash"] for r in rows),
+            array_literal(r["hash"] for r in rows),
         ),
     )
     conn.execute(_MOVE_HEAD, (head.seq, head.hash, head.chain))
@@ -183,4 +225,4 @@ def append_events(conn: Connection[Any], head: ChainHead, events: list[dict[str,
 def insert_history(conn: Connection[Any], rows: Sequence[tuple[int, str, datetime, str | None]]) -> None:
     """(request id, state, at, detail) rows of requests' state history, in this order."""
     if rows:
-        conn.execute(_HISTORY, columns_of(rows))
+        conn.execute(_HISTORY, array_columns(rows))

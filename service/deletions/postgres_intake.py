@@ -24,7 +24,16 @@ from psycopg import Connection, Cursor
 from service import metrics
 from service.audit.repository import ChainHead
 from service.audit.service import requests_chain
-from service.db.postgres import append_events, chain_head, columns_of, insert_history, jsonb, lock_chain_head
+from service.db.postgres import (
+    append_events,
+    array_columns,
+    array_literal,
+    chain_head,
+    columns_of,
+    insert_history,
+    jsonb_element,
+    lock_chain_head,
+)
 from service.deletions.schemas import DeletionAccepted, DeletionIn
 from service.deletions.service import SubmissionPlan, check_accepting, named_subjects, plan_submissions
 from service.errors import ApiError
@@ -43,11 +52,13 @@ FROM unnest(%s::varchar[], %s::varchar[], %s::int[], %s::jsonb[]) AS t(scope, ke
 WHERE idempotency_keys.scope = t.scope AND idempotency_keys.key = t.key
 """
 _MODEL = "SELECT id, status, error, eta_seconds, finished_at FROM models WHERE id = %s"
-_OWNER_SAMPLES = "SELECT owner_id, sample_id FROM samples WHERE model_id = %s AND owner_id = ANY(%s)"
-_SAMPLE_OWNERS = "SELECT sample_id, owner_id FROM samples WHERE model_id = %s AND sample_id = ANY(%s)"
-_ERASED_AMONG = (
-    "SELECT subject_hash, request_id FROM erased_subjects WHERE model_id = %s AND subject_hash = ANY(%s)"
+_OWNER_SAMPLES = (
+    "SELECT owner_id, sample_id FROM samples WHERE model_id = %s AND owner_id = ANY(%s::varchar[])"
 )
+_SAMPLE_OWNERS = (
+    "SELECT sample_id, owner_id FROM samples WHERE model_id = %s AND sample_id = ANY(%s::varchar[])"
+)
+_ERASED_AMONG = "SELECT subject_hash, request_id FROM erased_subjects WHERE model_id = %s AND subject_hash = ANY(%s::varchar[])"
 _REQUEST_IDS = "SELECT nextval(pg_get_serial_sequence('deletion_requests', 'id')) FROM generate_series(1, %s)"
 _INSERT_REQUESTS = """
 INSERT INTO deletion_requests (id, model_id, state, subjects, num_samples, callback_url, callback_attempts,
@@ -55,6 +66,18 @@ INSERT INTO deletion_requests (id, model_id, state, subjects, num_samples, callb
 SELECT * FROM unnest(%s::int[], %s::int[], %s::varchar[], %s::jsonb[], %s::int[], %s::text[], %s::int[],
     %s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
 """
+# The columns of _INSERT_REQUESTS after the id, in its order.
+_REQUEST_COLUMNS = (
+    "model_id",
+    "state",
+    "subjects",
+    "num_samples",
+    "callback_url",
+    "callback_attempts",
+    "expected_by",
+    "created_at",
+    "updated_at",
+)
 _INSERT_SUBJECTS = """
 INSERT INTO request_subjects (request_id, subject_hash, kind)
 SELECT * FROM unnest(%s::int[], %s::varchar[], %s::varchar[])
@@ -115,7 +138,7 @@ class PostgresSubmissions:
         """Claim ``keys`` ((scope, key, fingerprint), new ones in flight) and read what accepting
         ``bodies_by_model`` needs; returns the (scope, key) pairs claimed."""
         conn = self._conn
-        scopes, names, fingerprints = columns_of(keys)
+        scopes, names, fingerprints = array_columns(keys)
         reads: dict[int, _ModelReads] = {}
         with conn.pipeline():
             claimed = conn.execute(_CLAIM_KEYS, (created_at, expires_at, scopes, names, fingerprints))
@@ -123,8 +146,8 @@ class PostgresSubmissions:
                 owners, samples = named_subjects(bodies)
                 reads[model_id] = _ModelReads(
                     model=conn.execute(_MODEL, (model_id,)),
-                    owners=conn.execute(_OWNER_SAMPLES, (model_id, owners)) if owners else None,
-                    samples=conn.execute(_SAMPLE_OWNERS, (model_id, samples)) if samples else None,
+                    owners=_named(conn, _OWNER_SAMPLES, model_id, owners),
+                    samples=_named(conn, _SAMPLE_OWNERS, model_id, samples),
                     ids=conn.execute(_REQUEST_IDS, (len(bodies),)),
                     # No genesis head here: the model may not exist. Its first request creates it (write).
                     head=lock_chain_head(conn, requests_chain(model_id), create=False),
@@ -164,7 +187,7 @@ class PostgresSubmissions:
 
     def _erased_among(self, model_id: int, hashes: list[str]) -> dict[str, int | None]:
         """Which of ``hashes`` the model erased, and by which request (only when a named id is missing)."""
-        return dict(self._conn.execute(_ERASED_AMONG, (model_id, hashes)).fetchall())
+        return dict(self._conn.execute(_ERASED_AMONG, (model_id, array_literal(hashes))).fetchall())
 
     def write(self, answers: Sequence[tuple[str, str, int, dict[str, Any]]]) -> None:
         """Insert the accepted requests with their subjects, history and audit events, and store each
@@ -182,7 +205,13 @@ class PostgresSubmissions:
                         accepted += len(ids)
             if answers:
                 scopes, keys, statuses, bodies = columns_of(answers)
-                conn.execute(_COMPLETE_KEYS, (scopes, keys, statuses, [jsonb(b) for b in bodies]))
+                conn.execute(
+                    _COMPLETE_KEYS,
+                    (
+                        *map(array_literal, (scopes, keys, statuses)),
+                        array_literal(map(jsonb_element, bodies)),
+                    ),
+                )
         metrics.DELETIONS_RECEIVED.inc(accepted)
 
     def _head(self, model_id: int) -> ChainHead:
@@ -194,6 +223,11 @@ class PostgresSubmissions:
         return accepting.head
 
 
+def _named(conn: Connection[Any], statement: str, model_id: int, names: list[str]) -> Cursor[Any] | None:
+    """In a pipeline: the model's remaining rows of the named owners or samples (None: none named)."""
+    return conn.execute(statement, (model_id, array_literal(names))) if names else None
+
+
 def _accepted(accepting: _Accepting) -> bool:
     return any(plan.accepted for plan, _ in accepting.plans)
 
@@ -203,18 +237,13 @@ def _insert_requests(conn: Connection[Any], plan: SubmissionPlan, ids: list[int]
     conn.execute(
         _INSERT_REQUESTS,
         (
-            ids,
-            [r["model_id"] for r in rows],
-            [r["state"] for r in rows],
-            [jsonb(r["subjects"]) for r in rows],
-            [r["num_samples"] for r in rows],
-            [r["callback_url"] for r in rows],
-            [r["callback_attempts"] for r in rows],
-            [r["expected_by"] for r in rows],
-            [r["created_at"] for r in rows],
-            [r["updated_at"] for r in rows],
+            array_literal(ids),
+            *(
+                array_literal(jsonb_element(r[c]) if c == "subjects" else r[c] for r in rows)
+                for c in _REQUEST_COLUMNS
+            ),
         ),
     )
     subjects = plan.subjects(ids)
     if subjects:
-        conn.execute(_INSERT_SUBJECTS, columns_of(subjects))
+        conn.execute(_INSERT_SUBJECTS, array_columns(subjects))

@@ -39,6 +39,7 @@ from service.db.base import utcnow
 from service.db.postgres import (
     adopt,
     append_events,
+    array_literal,
     chain_head,
     insert_history,
     insert_row,
@@ -83,10 +84,10 @@ FOR UPDATE OF d
 _NEXT_VERSION_ID = "SELECT nextval(pg_get_serial_sequence('model_versions', 'id'))"
 _OWNERS_LEFT = """
 SELECT DISTINCT owner_id FROM samples
-WHERE model_id = %s AND owner_id = ANY(%s) AND NOT (sample_id = ANY(%s))
+WHERE model_id = %s AND owner_id = ANY(%s::varchar[]) AND NOT (sample_id = ANY(%s::varchar[]))
 """
 
-_RELEASE_REFS = "DELETE FROM artifact_refs WHERE holder = %s AND blob = ANY(%s)"
+_RELEASE_REFS = "DELETE FROM artifact_refs WHERE holder = %s AND blob = ANY(%s::varchar[])"
 _HOLD_REFS = """
 INSERT INTO artifact_refs (blob, holder, created_at) SELECT unnest(%s::varchar[]), %s, %s
 ON CONFLICT DO NOTHING
@@ -108,7 +109,7 @@ INSERT INTO ledger_entries (model_id, budget_epoch, kind, version_id, budget_uni
 VALUES (%s, %s, 'charge', %s, %s, %s, %s, %s, %s, %s)
 """
 _COMMIT_LOCK = "SELECT pg_advisory_xact_lock_shared(%s)"
-_DELETE_SAMPLES = "DELETE FROM samples WHERE model_id = %s AND sample_id = ANY(%s)"
+_DELETE_SAMPLES = "DELETE FROM samples WHERE model_id = %s AND sample_id = ANY(%s::varchar[])"
 _TOMBSTONES = """
 INSERT INTO erased_subjects (model_id, subject_hash, kind, budget_epoch, request_id, erased_at)
 SELECT %s, t.subject_hash, t.kind, %s, t.request_id, %s
@@ -116,7 +117,7 @@ FROM unnest(%s::varchar[], %s::varchar[], %s::int[]) AS t(subject_hash, kind, re
 ON CONFLICT DO NOTHING
 """
 _MARK_APPLIED = """
-UPDATE deletion_requests SET state = 'applied', version_id = %s, updated_at = %s WHERE id = ANY(%s)
+UPDATE deletion_requests SET state = 'applied', version_id = %s, updated_at = %s WHERE id = ANY(%s::int[])
 """
 
 
@@ -252,7 +253,9 @@ def send_version_reads(
         version_id=conn.execute(_NEXT_VERSION_ID),
         head=lock_chain_head(conn, model_chain(model.id)),
         owners_left=(
-            conn.execute(_OWNERS_LEFT, (model.id, undecided, list(forgotten))) if undecided else None
+            conn.execute(_OWNERS_LEFT, (model.id, array_literal(undecided), array_literal(forgotten)))
+            if undecided
+            else None
         ),
     )
 
@@ -343,13 +346,14 @@ def record_unlearned_version(
             (model.id, model.budget_epoch, version_id, charge["budget_unit"], charge["budget_cap"],
              charge["charge"], charge["spent"], len(round_.forgotten), now),
         )  # fmt: skip
-        conn.execute(_DELETE_SAMPLES, (model.id, list(round_.forgotten)))
+        conn.execute(_DELETE_SAMPLES, (model.id, array_literal(round_.forgotten)))
         conn.execute(
             _TOMBSTONES,
             (model.id, model.budget_epoch, erased[0]["erased_at"] if erased else now,
-             [r["subject_hash"] for r in erased], [r["kind"] for r in erased], [r["request_id"] for r in erased]),
+             array_literal(r["subject_hash"] for r in erased), array_literal(r["kind"] for r in erased),
+             array_literal(r["request_id"] for r in erased)),
         )  # fmt: skip
-        conn.execute(_MARK_APPLIED, (version_id, now, request_ids))
+        conn.execute(_MARK_APPLIED, (version_id, now, array_literal(request_ids)))
         history: list[tuple[int, str, datetime, str | None]] = [
             (rid, "applying", round_.claimed_at, None) for rid in request_ids
         ]
@@ -403,9 +407,9 @@ def _dataset_after(
 def _swap_refs(conn: Connection[Any], holder: str, old: set[str], new: set[str], now: datetime) -> None:
     """``holder`` stops holding ``old - new`` and holds ``new - old``."""
     if old - new:
-        conn.execute(_RELEASE_REFS, (holder, sorted(old - new)))
+        conn.execute(_RELEASE_REFS, (holder, array_literal(sorted(old - new))))
     if new - old:
-        conn.execute(_HOLD_REFS, (sorted(new - old), holder, now))
+        conn.execute(_HOLD_REFS, (array_literal(sorted(new - old)), holder, now))
 
 
 def _move_dataset(
@@ -445,12 +449,12 @@ ORDER BY id
 FOR UPDATE
 """
 _COLLECTION_LOCK = "SELECT pg_advisory_xact_lock(%s)"
-_STILL_HELD = "SELECT DISTINCT blob FROM artifact_refs WHERE blob = ANY(%s)"
+_STILL_HELD = "SELECT DISTINCT blob FROM artifact_refs WHERE blob = ANY(%s::varchar[])"
 _MARK_COMPLETED = """
 UPDATE deletion_requests SET state = 'completed', completed_at = %s, subjects = NULL, updated_at = %s
-WHERE id = ANY(%s)
+WHERE id = ANY(%s::int[])
 """
-_CALLBACKS_PENDING = "UPDATE deletion_requests SET callback_state = 'pending' WHERE id = ANY(%s)"
+_CALLBACKS_PENDING = "UPDATE deletion_requests SET callback_state = 'pending' WHERE id = ANY(%s::int[])"
 
 
 @dataclass
@@ -483,7 +487,7 @@ def complete_version(
         held_cur = None
         if version.garbage:
             conn.execute(_COLLECTION_LOCK, (COLLECTION_LOCK_KEY,))
-            held_cur = conn.execute(_STILL_HELD, (list(version.garbage),))
+            held_cur = conn.execute(_STILL_HELD, (array_literal(version.garbage),))
     current_row = current_cur.fetchone()
     if current_row is None or current_row[0] is None:
         return None
@@ -498,10 +502,10 @@ def complete_version(
     ids = [r.id for r in requests]
     called = [r.id for r in requests if r.callback_url]
     with conn.pipeline():
-        conn.execute(_MARK_COMPLETED, (now, now, ids))
+        conn.execute(_MARK_COMPLETED, (now, now, array_literal(ids)))
         insert_history(conn, [(rid, "completed", now, None) for rid in ids])
         if called:
-            conn.execute(_CALLBACKS_PENDING, (called,))
+            conn.execute(_CALLBACKS_PENDING, (array_literal(called),))
         append_events(
             conn,
             head,
