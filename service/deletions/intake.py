@@ -244,8 +244,11 @@ class DeletionIntake:
             if conn is not None and not any(has_graph_items(b) for s in firsts.values() for b in s.bodies):
                 submissions = PostgresSubmissions(conn, rt.hasher, rt.settings.deletion_sla_seconds)
                 every = _by_model(list(firsts.values()))
-                claimed = submissions.read(keys, now, expires, {m: _bodies(items) for m, items in every.items()})
-                accept_for, store = lambda m: partial(submissions.accept, m), submissions.write
+                claimed = submissions.read(
+                    keys, now, expires, {m: _bodies(items) for m, items in every.items()}
+                )
+                accept_for = lambda m: partial(submissions.accept, m)
+                store = partial(submissions.write, uow=uow)
             else:
                 claimed = uow.idempotency.claim_many(keys, expires)
                 sla = rt.settings.deletion_sla_seconds

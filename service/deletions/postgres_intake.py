@@ -34,6 +34,7 @@ from service.db.postgres import (
     jsonb_element,
     lock_chain_head,
 )
+from service.db.uow import UnitOfWork
 from service.deletions.schemas import DeletionAccepted, DeletionIn
 from service.deletions.service import SubmissionPlan, check_accepting, named_subjects, plan_submissions
 from service.errors import ApiError
@@ -189,9 +190,12 @@ class PostgresSubmissions:
         """Which of ``hashes`` the model erased, and by which request (only when a named id is missing)."""
         return dict(self._conn.execute(_ERASED_AMONG, (model_id, array_literal(hashes))).fetchall())
 
-    def write(self, answers: Sequence[tuple[str, str, int, dict[str, Any]]]) -> None:
+    def write(
+        self, answers: Sequence[tuple[str, str, int, dict[str, Any]]], uow: UnitOfWork | None = None
+    ) -> None:
         """Insert the accepted requests with their subjects, history and audit events, and store each
-        key's answer ((scope, key, status, body))."""
+        key's answer ((scope, key, status, body)). ``uow``: the unit of work whose transaction this is,
+        to send its commit in the same round trip (:meth:`UnitOfWork.send_commit`)."""
         conn = self._conn
         heads = {model_id: self._head(model_id) for model_id, a in self._models.items() if _accepted(a)}
         accepted = 0
@@ -212,6 +216,8 @@ class PostgresSubmissions:
                         array_literal(map(jsonb_element, bodies)),
                     ),
                 )
+            if uow is not None:
+                uow.send_commit(conn)
         metrics.DELETIONS_RECEIVED.inc(accepted)
 
     def _head(self, model_id: int) -> ChainHead:

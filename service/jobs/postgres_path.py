@@ -473,12 +473,13 @@ def complete_version(
     model_id: int,
     version: ModelVersion,
 ) -> Completion | None:
-    """:func:`service.jobs.completion.finish` on Postgres, in two round trips and the commit's. First
+    """:func:`service.jobs.completion.finish` on Postgres, in two round trips, the commit in the second. First
     the model's current version, then the locks in the portable path's order (the version's applied
     requests, the completions chain's head, and the collection lock when the version left garbage) and
     which garbage blobs no reference holds; ``serve`` publishes the current version and ``collect``
     deletes those blobs; then, stamped after the unlinks, the requests' states, history and audit
-    events. None: the model is gone or has no version."""
+    events, and the commit with them when it has nothing else to do (:meth:`UnitOfWork.send_commit`).
+    None: the model is gone or has no version."""
     chain = completions_chain(model_id)
     with conn.pipeline():
         current_cur = conn.execute(_CURRENT_VERSION, (model_id,))
@@ -501,6 +502,8 @@ def complete_version(
         return Completion(requests, now)
     ids = [r.id for r in requests]
     called = [r.id for r in requests if r.callback_url]
+    for request_id in called:
+        uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
     with conn.pipeline():
         conn.execute(_MARK_COMPLETED, (now, now, array_literal(ids)))
         insert_history(conn, [(rid, "completed", now, None) for rid in ids])
@@ -512,6 +515,5 @@ def complete_version(
             request_version_events("deletion.completed", model_id, version.id, version.seq, ids),
             now,
         )
-    for request_id in called:
-        uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
+        uow.send_commit(conn)  # not with callbacks: their outbox rows are flushed at the commit
     return Completion(requests, now)

@@ -1,10 +1,12 @@
 """The round's pipelined reads on Postgres (service.jobs.postgres_path.lock_round): the rows it reads
 become the session's objects (changes to them are flushed, as to objects the ORM loaded), the model's
 row stays locked until the transaction ends, as ModelRepository.lock leaves it, and its manifests are
-read only when the row changed since this process noted them."""
+read only when the row changed since this process noted them; and a commit sent in a pipeline."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -12,6 +14,8 @@ import pytest
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import object_session
 
+from service.db.base import utcnow
+from service.db.tables import IdempotencyKey
 from service.jobs.postgres_path import lock_round
 from service.jobs.state import KnownManifests
 from service.runtime import Runtime
@@ -91,3 +95,69 @@ def test_a_round_reads_the_manifests_only_when_the_row_changed_since_they_were_n
         conn.rollback()
     manifests.note(model_id, rolled_back, noted)
     assert round_model() == stored
+
+
+_CLAIM = """
+INSERT INTO idempotency_keys (scope, key, fingerprint, status, created_at, expires_at)
+VALUES ('send-commit-test', %s, 'f', 'in_flight', now(), now() + interval '1 hour')
+"""
+
+
+def _stored_keys(runtime: Runtime, *keys: str) -> set[str]:
+    """Which of ``keys`` another connection sees committed."""
+    with runtime.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT key FROM idempotency_keys WHERE scope = 'send-commit-test' AND key = ANY(:keys)"),
+            {"keys": list(keys)},
+        )
+        return {row[0] for row in rows}
+
+
+def test_a_commit_sent_in_the_pipeline_ends_the_transaction_there(runtime: Runtime) -> None:
+    """UnitOfWork.send_commit: the pipeline's statements are committed with its round trip; the unit of
+    work's own commit afterwards has nothing left to do and commits nothing twice."""
+    key = f"folded-{uuid.uuid4().hex}"
+    with runtime.uow() as uow:
+        conn = uow.postgres_connection()
+        assert conn is not None
+        with conn.pipeline():
+            conn.execute(_CLAIM, (key,))
+            assert uow.send_commit(conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert _stored_keys(runtime, key) == {key}  # seen by others before uow.commit()
+        uow.commit()
+    assert _stored_keys(runtime, key) == {key}
+
+
+def test_a_commit_with_work_of_its_own_is_not_sent_in_the_pipeline(runtime: Runtime) -> None:
+    """With an object the session would flush pending (an outbox message, say), send_commit sends
+    nothing: the statements and the object commit together at uow.commit(), or not at all."""
+    kept, dropped = f"kept-{uuid.uuid4().hex}", f"dropped-{uuid.uuid4().hex}"
+    flushed_later = f"{kept}-orm"
+    with runtime.uow() as uow:
+        conn = uow.postgres_connection()
+        assert conn is not None
+        uow.session.add(
+            IdempotencyKey(
+                scope="send-commit-test",
+                key=flushed_later,
+                fingerprint="f",
+                status="in_flight",
+                expires_at=utcnow() + timedelta(hours=1),
+            )
+        )
+        with conn.pipeline():
+            conn.execute(_CLAIM, (kept,))
+            assert not uow.send_commit(conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert _stored_keys(runtime, kept) == set()
+        uow.commit()
+    with runtime.uow() as uow:
+        conn = uow.postgres_connection()
+        assert conn is not None
+        uow.refs.held.add("0" * 64)  # a reference the commit must check first
+        with conn.pipeline():
+            conn.execute(_CLAIM, (dropped,))
+            assert not uow.send_commit(conn)
+        # the unit of work ends without its commit: nothing of it stays
+    assert _stored_keys(runtime, kept, flushed_later, dropped) == {kept, flushed_later}
