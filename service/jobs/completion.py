@@ -75,9 +75,9 @@ def _unlink(rt: Runtime, blobs: Collection[str]) -> None:
 def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion | None = None) -> None:
     """Serve the model's current version, delete the version's garbage blobs, complete its requests.
 
-    ``committed``: the version's row as its own transaction committed it, when the caller has it,
-    instead of reading it again (its sequence number and garbage never change; its weights are
-    published only while it is still the current version, which is read here either way).
+    ``committed``: the version's row as its own transaction committed it as the model's current
+    version, when the caller has it, instead of reading it again (its sequence number and garbage never
+    change). It is published at once; if the model has moved on since, the current version is too.
 
     One transaction, in this order: publish; lock the version's applied requests and the head of the
     model's completions chain (row locks); take the collection lock and unlink the garbage
@@ -103,6 +103,7 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
                 lambda blobs: _unlink(rt, blobs),
                 model_id,
                 version,
+                committed=committed is not None,
             )
         else:
             done = _complete_portably(uow, rt, model_id, version)

@@ -472,6 +472,7 @@ def complete_version(
     collect: Callable[[set[str]], None],
     model_id: int,
     version: ModelVersion,
+    committed: bool = False,
 ) -> Completion | None:
     """:func:`service.jobs.completion.finish` on Postgres, in two round trips, the commit in the second. First
     the model's current version, then the locks in the portable path's order (the version's applied
@@ -479,7 +480,13 @@ def complete_version(
     which garbage blobs no reference holds; ``serve`` publishes the current version and ``collect``
     deletes those blobs; then, stamped after the unlinks, the requests' states, history and audit
     events, and the commit with them when it has nothing else to do (:meth:`UnitOfWork.send_commit`).
-    None: the model is gone or has no version."""
+    None: the model is gone or has no version.
+
+    ``committed``: the caller committed ``version`` as the model's current version itself, just now
+    (an update's drain). It is then published while Postgres answers the first round trip, and again
+    only if the model has moved on meanwhile. Publishing it early is as safe as afterwards: the hot
+    store never moves the pointer back to an older version, nor past a deleted model's tombstone
+    (:meth:`service.storage.hot.HotStore.set_serving`, :meth:`~service.storage.hot.HotStore.retire`)."""
     chain = completions_chain(model_id)
     with conn.pipeline():
         current_cur = conn.execute(_CURRENT_VERSION, (model_id,))
@@ -489,12 +496,15 @@ def complete_version(
         if version.garbage:
             conn.execute(_COLLECTION_LOCK, (COLLECTION_LOCK_KEY,))
             held_cur = conn.execute(_STILL_HELD, (array_literal(version.garbage),))
+        if committed:
+            serve(version)  # while Postgres answers (bench/README.md, item 32)
     current_row = current_cur.fetchone()
     if current_row is None or current_row[0] is None:
         return None
     requests = [Completed(*row) for row in applied_cur.fetchall()]
     head = chain_head(chain, head_cur.fetchone())
-    serve(serving_version(uow, version, int(current_row[0])))
+    if not committed or int(current_row[0]) != version.id:
+        serve(serving_version(uow, version, int(current_row[0])))
     if held_cur is not None:
         collect(set(version.garbage) - {row[0] for row in held_cur.fetchall()})
     now = utcnow()

@@ -16,7 +16,7 @@ from sqlalchemy.orm import object_session
 
 from service.db.base import utcnow
 from service.db.tables import IdempotencyKey
-from service.jobs.postgres_path import lock_round
+from service.jobs.postgres_path import complete_version, lock_round
 from service.jobs.state import KnownManifests
 from service.runtime import Runtime
 from tests.integration.conftest import Client
@@ -161,3 +161,34 @@ def test_a_commit_with_work_of_its_own_is_not_sent_in_the_pipeline(runtime: Runt
             assert not uow.send_commit(conn)
         # the unit of work ends without its commit: nothing of it stays
     assert _stored_keys(runtime, kept, flushed_later, dropped) == {kept, flushed_later}
+
+
+def test_a_completion_publishes_the_version_it_was_handed_first_and_the_current_one_if_newer(
+    client: Client, runtime: Runtime
+) -> None:
+    """complete_version with ``committed``: the version the caller committed is served while Postgres
+    answers; the current version as well only when the model has moved on since. Without it, only the
+    current version is served, after the answers."""
+    model_id = client.trained(n=40, samples_per_owner=2)
+    with runtime.uow() as uow:
+        first = uow.models.current_version_id(model_id)
+    request = client.delete(model_id, owner_ids=["owner-00000"])
+    client.done(request["id"])
+    with runtime.uow() as uow:
+        current = uow.models.current_version_id(model_id)
+    assert current is not None and first is not None and current != first
+
+    def served(version_id: int, committed: bool) -> list[int]:
+        published: list[int] = []
+        with runtime.uow() as uow:
+            conn = uow.postgres_connection()
+            version = uow.models.version(version_id)
+            assert conn is not None and version is not None
+            complete_version(
+                conn, uow, lambda v: published.append(v.id), lambda blobs: None, model_id, version, committed
+            )
+        return published
+
+    assert served(current, committed=True) == [current]
+    assert served(first, committed=True) == [first, current]
+    assert served(first, committed=False) == [current]
