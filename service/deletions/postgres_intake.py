@@ -7,9 +7,9 @@ the repositories that was about ten statements, each a round trip (``bench/READM
 (:mod:`service.db.postgres`) one pipeline claims the keys and reads, for each model, its row, the named
 owners' and samples' remaining rows, the ids the new requests will take and its requests chain's head
 (locked); the requests are then checked and planned in memory by the portable path's own
-:func:`service.deletions.service.plan_submissions`; a second pipeline writes everything. Requests naming
-graph items (edges, node features, graphs) take the portable path, which checks them against the stored
-graph.
+:func:`service.deletions.service.plan_submissions`; a second pipeline writes everything and commits.
+Requests naming graph items (edges, node features, graphs) take the portable path, which checks them
+against the stored graph.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection, Cursor
 
@@ -34,11 +34,13 @@ from service.db.postgres import (
     jsonb_element,
     lock_chain_head,
 )
-from service.db.uow import UnitOfWork
 from service.deletions.schemas import DeletionAccepted, DeletionIn
 from service.deletions.service import SubmissionPlan, check_accepting, named_subjects, plan_submissions
 from service.errors import ApiError
 from service.subjects import SubjectHasher
+
+if TYPE_CHECKING:
+    from service.db.uow import UnitOfWork
 
 _CLAIM_KEYS = """
 INSERT INTO idempotency_keys (scope, key, fingerprint, status, created_at, expires_at)
@@ -59,7 +61,9 @@ _OWNER_SAMPLES = (
 _SAMPLE_OWNERS = (
     "SELECT sample_id, owner_id FROM samples WHERE model_id = %s AND sample_id = ANY(%s::varchar[])"
 )
-_ERASED_AMONG = "SELECT subject_hash, request_id FROM erased_subjects WHERE model_id = %s AND subject_hash = ANY(%s::varchar[])"
+_ERASED_AMONG = """
+SELECT subject_hash, request_id FROM erased_subjects WHERE model_id = %s AND subject_hash = ANY(%s::varchar[])
+"""
 _REQUEST_IDS = "SELECT nextval(pg_get_serial_sequence('deletion_requests', 'id')) FROM generate_series(1, %s)"
 _INSERT_REQUESTS = """
 INSERT INTO deletion_requests (id, model_id, state, subjects, num_samples, callback_url, callback_attempts,
