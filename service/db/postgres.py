@@ -170,11 +170,6 @@ def jsonb_element(value: Any) -> str:
     return jsoncodec.dumps_text(value)
 
 
-def columns_of(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
-    """Rows of equal length as their columns, one list each."""
-    return [list(column) for column in zip(*rows, strict=True)]
-
-
 def array_columns(rows: Sequence[Sequence[ArrayElement]]) -> list[str]:
     """Rows of equal length as their columns, one :func:`array_literal` each: the arrays a statement
     unnests."""
@@ -203,22 +198,14 @@ def append_events(conn: Connection[Any], head: ChainHead, events: list[dict[str,
     (:meth:`service.audit.repository.AuditRepository.append_many` on the session)."""
     if not events:
         return
-    rows = chain_rows(head, events, at)
-    conn.execute(
-        _AUDIT_EVENTS,
-        (
-            head.chain,
-            at,
-            array_literal(r["chain_seq"] for r in rows),
-            array_literal(r["event_type"] for r in rows),
-            array_literal(r["model_id"] for r in rows),
-            array_literal(r["request_id"] for r in rows),
-            array_literal(r["version_id"] for r in rows),
-            array_literal(jsonb_element(r["payload"]) for r in rows),
-            array_literal(r["prev_hash"] for r in rows),
-            array_literal(r["hash"] for r in rows),
-        ),
-    )
+    columns = array_columns(
+        [
+            (r["chain_seq"], r["event_type"], r["model_id"], r["request_id"], r["version_id"],
+             jsonb_element(r["payload"]), r["prev_hash"], r["hash"])
+            for r in chain_rows(head, events, at)
+        ]
+    )  # fmt: skip
+    conn.execute(_AUDIT_EVENTS, (head.chain, at, *columns))
     conn.execute(_MOVE_HEAD, (head.seq, head.hash, head.chain))
 
 

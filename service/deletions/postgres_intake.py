@@ -29,7 +29,6 @@ from service.db.postgres import (
     array_columns,
     array_literal,
     chain_head,
-    columns_of,
     insert_history,
     jsonb_element,
     lock_chain_head,
@@ -71,18 +70,6 @@ INSERT INTO deletion_requests (id, model_id, state, subjects, num_samples, callb
 SELECT * FROM unnest(%s::int[], %s::int[], %s::varchar[], %s::jsonb[], %s::int[], %s::text[], %s::int[],
     %s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
 """
-# The columns of _INSERT_REQUESTS after the id, in its order.
-_REQUEST_COLUMNS = (
-    "model_id",
-    "state",
-    "subjects",
-    "num_samples",
-    "callback_url",
-    "callback_attempts",
-    "expected_by",
-    "created_at",
-    "updated_at",
-)
 _INSERT_SUBJECTS = """
 INSERT INTO request_subjects (request_id, subject_hash, kind)
 SELECT * FROM unnest(%s::int[], %s::varchar[], %s::varchar[])
@@ -212,14 +199,8 @@ class PostgresSubmissions:
                         append_events(conn, heads[model_id], plan.events(ids), plan.now)
                         accepted += len(ids)
             if answers:
-                scopes, keys, statuses, bodies = columns_of(answers)
-                conn.execute(
-                    _COMPLETE_KEYS,
-                    (
-                        *map(array_literal, (scopes, keys, statuses)),
-                        array_literal(map(jsonb_element, bodies)),
-                    ),
-                )
+                rows = [(scope, key, status, jsonb_element(body)) for scope, key, status, body in answers]
+                conn.execute(_COMPLETE_KEYS, array_columns(rows))
             if uow is not None:
                 uow.send_commit(conn)
         metrics.DELETIONS_RECEIVED.inc(accepted)
@@ -243,17 +224,12 @@ def _accepted(accepting: _Accepting) -> bool:
 
 
 def _insert_requests(conn: Connection[Any], plan: SubmissionPlan, ids: list[int]) -> None:
-    rows = plan.rows()
-    conn.execute(
-        _INSERT_REQUESTS,
-        (
-            array_literal(ids),
-            *(
-                array_literal(jsonb_element(r[c]) if c == "subjects" else r[c] for r in rows)
-                for c in _REQUEST_COLUMNS
-            ),
-        ),
-    )
+    rows = [
+        (request_id, r["model_id"], r["state"], jsonb_element(r["subjects"]), r["num_samples"],
+         r["callback_url"], r["callback_attempts"], r["expected_by"], r["created_at"], r["updated_at"])
+        for request_id, r in zip(ids, plan.rows(), strict=True)
+    ]  # fmt: skip
+    conn.execute(_INSERT_REQUESTS, array_columns(rows))
     subjects = plan.subjects(ids)
     if subjects:
         conn.execute(_INSERT_SUBJECTS, array_columns(subjects))

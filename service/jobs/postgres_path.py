@@ -501,10 +501,11 @@ def complete_version(
     current_row = current_cur.fetchone()
     if current_row is None or current_row[0] is None:
         return None
+    current_id = int(current_row[0])
     requests = [Completed(*row) for row in applied_cur.fetchall()]
     head = chain_head(chain, head_cur.fetchone())
-    if not committed or int(current_row[0]) != version.id:
-        serve(serving_version(uow, version, int(current_row[0])))
+    if not committed or current_id != version.id:
+        serve(serving_version(uow, version, current_id))
     if held_cur is not None:
         collect(set(version.garbage) - {row[0] for row in held_cur.fetchall()})
     now = utcnow()
