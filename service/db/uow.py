@@ -6,7 +6,7 @@ does. Outbox messages written in the transaction are published right after it co
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, cast
 
@@ -119,6 +119,18 @@ class UnitOfWork:
         conn.commit()
         return True
 
+    def check_stored(self, blobs: Iterable[str]) -> None:
+        """Raise :class:`BlobVanished` (nothing commits; the caller writes its blobs again) if one of
+        ``blobs`` is no longer stored. Only meaningful under the commit's lock
+        (:meth:`ArtifactRefRepository.lock_for_commit`): from then to the commit no collector deletes
+        anything, so a blob found here is still stored when the reference to it commits, and a blob put
+        after the lock was granted needs no check at all."""
+        if self._blob_exists is None:
+            return
+        missing = sorted(d for d in blobs if not self._blob_exists(d))
+        if missing:
+            raise BlobVanished(missing)
+
     def commit(self) -> None:
         """Commit, then publish the outbox messages this transaction wrote (so a job starts within
         milliseconds; the dispatcher's periodic pass covers a crash right here).
@@ -130,9 +142,7 @@ class UnitOfWork:
         """
         if self.refs.held and self._blob_exists is not None:
             self.refs.lock_for_commit()
-            missing = sorted(d for d in self.refs.held if not self._blob_exists(d))
-            if missing:
-                raise BlobVanished(missing)
+            self.check_stored(self.refs.held)
         self.session.commit()
         messages, self.outbox.added = self.outbox.added, []
         if messages and self._publish is not None:

@@ -13,8 +13,9 @@ items 18 to 21 and 29). Here they run as psycopg statements on the session's own
 same transaction: whatever the unit of work still holds, such as a failed request's state, is flushed at
 its commit as before), in pipeline mode (:mod:`service.db.postgres`): three round trips for the round
 (its reads; the reads whose answers the writes need: the dataset's row, the version's id, the audit
-chain's head, sent before the round's blobs are written so that Postgres answers them meanwhile; all the
-writes, during which the caller moves the hot statistics) and two for the completion.
+chain's head, and the commit's lock, sent before the round's blobs are written so that Postgres answers
+them meanwhile; all the writes, during which the caller moves the hot statistics, and the COMMIT) and two
+for the completion.
 
 The values written are those of the portable path (:func:`service.jobs.versions.record_version`,
 :func:`~service.jobs.versions.erase_from_source`, :func:`service.jobs.updates.record_erasure`,
@@ -238,15 +239,22 @@ class VersionReads:
     version_id: Cursor[Any]  # the new version's id
     head: Cursor[Any]  # the model chain's head, locked
     owners_left: Cursor[Any] | None  # which of the round's owners not named whole keep samples
+    commit_lock: Cursor[Any]  # the commit's lock (service.storage.refs), granted once the pipeline ends
 
 
 def send_version_reads(
     conn: Connection[Any], model: Model, forgotten: Mapping[str, str], emptied: Collection[str]
 ) -> VersionReads:
     """Send, in the caller's pipeline, the round's second round trip: the source dataset's row, the new
-    version's id, the model chain's head and the owners that keep samples. The caller writes the round's
-    blobs before it ends the pipeline, so that they are written while Postgres answers (bench/README.md,
-    item 31); :func:`record_unlearned_version` reads the answers."""
+    version's id, the model chain's head and the owners that keep samples, then the commit's lock
+    (shared with other writers, exclusive of collectors). No deadlock with a collector: a collector
+    takes its lock after its row locks and waits for none after it, and the rows the round writes once
+    it holds the lock are ones no collector holds (the model's and the dataset's rows and the chain's
+    head, locked by the round already; the previous version's row, the requests it took and the
+    model's references, tombstones and samples, which only the holder of the model's lock writes;
+    the dataset's references, which only the holder of its row lock writes). The caller writes the
+    round's blobs before it ends the pipeline, so that they are written while Postgres answers
+    (bench/README.md, item 31); :func:`record_unlearned_version` reads the answers."""
     undecided = sorted({o for o in forgotten.values() if o} - set(emptied))
     return VersionReads(
         dataset=conn.execute(_LOCK_DATASET, {"model_id": model.id, "dataset_id": model.dataset_id}),
@@ -257,6 +265,7 @@ def send_version_reads(
             if undecided
             else None
         ),
+        commit_lock=conn.execute(_COMMIT_LOCK, (COLLECTION_LOCK_KEY,)),
     )
 
 
@@ -282,11 +291,17 @@ def record_unlearned_version(
 ) -> ModelVersion:
     """Record the round's version (see the module's docstring); returns its row (not in the session).
 
-    ``reads``: :func:`send_version_reads`'s, answered. ``created_event(version_id, seq)``: the
-    ``version.created`` audit event. The new references' blobs join ``uow.refs.held``, which the unit of
-    work's commit checks are still stored. The model's new manifests are noted in ``manifests`` with the
-    row version that holds them. ``while_writing``: work of the caller's (the hot statistics' move to
-    the new version) run once every write is sent, while Postgres executes them."""
+    ``reads``: :func:`send_version_reads`'s, answered: the commit's lock is held from then on, so no
+    collector deletes a blob until this transaction ends. The release's new blobs, put before the lock
+    was granted, are checked to be still stored here (:meth:`UnitOfWork.check_stored`); those put after
+    it (the dataset's rewritten buckets) need no check. The writes therefore end with the COMMIT in
+    their own round trip (:meth:`UnitOfWork.send_commit`) instead of one of its own (bench/README.md,
+    item 33), unless the unit of work has something else to commit (a failed request's state, an
+    outbox message). ``created_event(version_id, seq)``: the ``version.created`` audit event. The
+    model's new manifests are noted in ``manifests`` with the row version that holds them.
+    ``while_writing``: work of the caller's (the hot statistics' move to the new version) run once
+    every write is sent, while Postgres executes them, and before the COMMIT is sent: if it fails,
+    nothing commits."""
     model, previous = round_.model, round_.previous
     chain = model_chain(model.id)
     source = _source_dataset(reads.dataset.fetchone(), model)
@@ -295,11 +310,14 @@ def record_unlearned_version(
     version_id = int(version_row[0])
     head = chain_head(chain, reads.head.fetchone())
     owners_left = {row[0] for row in reads.owners_left.fetchall()} if reads.owners_left is not None else set()
-
-    now = utcnow()
+    reads.commit_lock.fetchone()
+    uow.refs.commit_locked = True
     release = round_.release
     old_blobs = digests(model.training) | digests(model.statistics) | version_blobs(previous)
     new_blobs = blobs_of(release)
+    uow.check_stored(new_blobs - old_blobs)  # old_blobs: held by the model's committed row all along
+
+    now = utcnow()
     dataset_arrays = _dataset_after(cache, source, model, round_)
     erased = tombstones(hasher, model.id, round_.batch, round_.forgotten, owners_left, model.budget_epoch)
     request_ids = [p.request.id for p in round_.batch.plans]
@@ -313,7 +331,6 @@ def record_unlearned_version(
         _swap_refs(conn, model_holder(model.id), old_blobs, new_blobs, now)
         if source.arrays is not None and dataset_arrays != source.arrays:
             garbage |= _move_dataset(conn, cache, model.dataset_id, source, dataset_arrays, now)
-            uow.refs.held.update(digests(dataset_arrays) - digests(source.arrays))
         version = version_of(
             model.id,
             release,
@@ -360,13 +377,9 @@ def record_unlearned_version(
         history += [(rid, "applied", now, f"version {seq}") for rid in request_ids]
         insert_history(conn, history)
         append_events(conn, head, events, now)
-        # The commit's lock (service.storage.refs), taken here after every row lock, as the commit would,
-        # rather than in a round trip of its own.
-        conn.execute(_COMMIT_LOCK, (COLLECTION_LOCK_KEY,))
         if while_writing is not None:
             while_writing()
-    uow.refs.commit_locked = True
-    uow.refs.held.update(new_blobs - old_blobs)
+        uow.send_commit(conn)
     _point_model(model, version_id, release)
     moved = moved_cur.fetchone()
     if manifests is not None and moved is not None:

@@ -1,12 +1,15 @@
 """The round's pipelined reads on Postgres (service.jobs.postgres_path.lock_round): the rows it reads
 become the session's objects (changes to them are flushed, as to objects the ORM loaded), the model's
 row stays locked until the transaction ends, as ModelRepository.lock leaves it, and its manifests are
-read only when the row changed since this process noted them; and a commit sent in a pipeline."""
+read only when the row changed since this process noted them; a commit sent in a pipeline; a round's
+commit sent with its writes, after the blobs it put before the commit's lock are found still stored."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -16,10 +19,13 @@ from sqlalchemy.orm import object_session
 
 from service.db.base import utcnow
 from service.db.tables import IdempotencyKey
+from service.db.uow import UnitOfWork
+from service.jobs import updates
 from service.jobs.postgres_path import complete_version, lock_round
 from service.jobs.state import KnownManifests
+from service.jobs.training import train_model
 from service.runtime import Runtime
-from tests.integration.conftest import Client
+from tests.integration.conftest import Client, deployment_of_its_own
 
 pytestmark = pytest.mark.integration
 
@@ -192,3 +198,81 @@ def test_a_completion_publishes_the_version_it_was_handed_first_and_the_current_
     assert served(current, committed=True) == [current]
     assert served(first, committed=True) == [first, current]
     assert served(first, committed=False) == [current]
+
+
+def _current_version(runtime: Runtime, model_id: int) -> int | None:
+    """The model's current version as another connection sees it committed."""
+    with runtime.engine.connect() as conn:
+        found = conn.execute(text("SELECT current_version_id FROM models WHERE id = :id"), {"id": model_id})
+        return found.scalar()
+
+
+def test_a_round_commits_with_its_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round's COMMIT goes in its write pipeline: when the unit of work's own commit is called, the
+    transaction has ended and other connections see the new version. No worker runs in this deployment:
+    the test runs the job itself."""
+    with deployment_of_its_own(tmp_path) as deployment:
+        client, runtime = deployment.client, deployment.runtime
+        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
+        train_model(runtime, model_id)
+        client.ready(model_id)
+        trained = _current_version(runtime, model_id)
+        request = client.delete(model_id, owner_ids=["owner-00000"])
+        at_commit: list[tuple[psycopg.pq.TransactionStatus, int | None]] = []
+        commit = UnitOfWork.commit
+        job_thread = threading.get_ident()  # the deployment's dispatcher and reconciler commit too
+
+        def observed(uow: UnitOfWork) -> None:
+            if threading.get_ident() == job_thread:
+                conn = uow.postgres_connection()
+                assert conn is not None
+                at_commit.append((conn.info.transaction_status, _current_version(runtime, model_id)))
+            commit(uow)
+
+        monkeypatch.setattr(UnitOfWork, "commit", observed)
+        updates.apply_deletions(runtime, model_id)
+        monkeypatch.undo()
+
+        done = client.deletion(int(request["id"]))
+        assert done["state"] == "completed"
+        new = _current_version(runtime, model_id)
+        assert new is not None and new != trained
+        assert at_commit[0] == (psycopg.pq.TransactionStatus.IDLE, new)  # the round's: committed already
+
+
+def test_a_round_whose_new_blob_was_collected_before_the_commit_lock_writes_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blob the round put before the commit's lock was granted may be another holder's garbage, unlinked
+    by a collector meanwhile: the round finds it missing once the lock is held, commits nothing, and runs
+    again, writing it anew. Here the weights it releases vanish once, just after they are put."""
+    with deployment_of_its_own(tmp_path) as deployment:
+        client, runtime = deployment.client, deployment.runtime
+        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
+        train_model(runtime, model_id)
+        client.ready(model_id)
+        trained = _current_version(runtime, model_id)
+        request = client.delete(model_id, owner_ids=["owner-00001"])
+        released: list[str] = []
+        release_after_forget = updates.release_after_forget
+
+        def collected_once(*args: Any, **kwargs: Any) -> Any:
+            release = release_after_forget(*args, **kwargs)
+            released.append(release.released_blob)
+            if len(released) == 1:
+                runtime.artifacts.delete(release.released_blob)
+                runtime.cache.forget([release.released_blob])
+            return release
+
+        monkeypatch.setattr(updates, "release_after_forget", collected_once)
+        updates.apply_deletions(runtime, model_id)
+        monkeypatch.undo()
+
+        assert len(released) == 2 and released[0] == released[1]  # the same bytes, written again
+        done = client.deletion(int(request["id"]))
+        assert done["state"] == "completed"
+        assert _current_version(runtime, model_id) not in (None, trained)
+        assert runtime.artifacts.exists(released[1])
+        with runtime.uow() as uow:
+            version = uow.models.version(_current_version(runtime, model_id) or 0)
+            assert version is not None and version.released_blob == released[1]
