@@ -16,10 +16,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import JSON, DateTime, MetaData, Table
+from sqlalchemy import JSON, DateTime, MetaData, Table, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
+
+from service.db import jsoncodec
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -32,12 +34,26 @@ NAMING_CONVENTION = {
 # JSONB on Postgres (indexable, compact), plain JSON elsewhere (SQLite stores text).
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
-# The bucket manifests (``models.training``, ``models.statistics``, ``datasets.arrays``): plain JSON on
-# every backend (migration 0007). Nothing queries inside them, and every update round reads three of
-# them (about 84 KB each on a thousand owners) and writes three: Postgres parses JSONB on the way in and
-# prints it on the way out, which doubled the server's CPU for a read and rewrite (2.2 ms against 1.1,
-# bench/README.md, item 25); JSON is checked and stored as the text it is.
-ManifestJSON = JSON()
+
+class ManifestJSON(TypeDecorator[dict[str, Any]]):
+    """A bucket manifest (``models.training``, ``models.statistics``, ``datasets.arrays``): a JSON document
+    stored as TEXT (migration 0008), encoded and decoded by :mod:`service.db.jsoncodec`; None is SQL NULL.
+
+    Nothing queries inside a manifest, and every update round writes three of them (about 84 KB each on
+    a thousand owners). As JSONB Postgres parsed each into its binary form on the way in and printed it
+    on the way out (migration 0007, bench/README.md item 25); as JSON it still checked every byte on the
+    way in, 0.3 ms of the server's CPU per manifest written (item 33). The service writes these columns
+    only through this type or :func:`service.db.postgres.manifest_text`, so the text is always a JSON
+    document, and a JSON ``null`` written by the earlier types reads as None too."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: dict[str, Any] | None, dialect: Any) -> str | None:
+        return None if value is None else jsoncodec.dumps_text(value)
+
+    def process_result_value(self, value: str | None, dialect: Any) -> dict[str, Any] | None:
+        return None if value is None else cast(dict[str, Any] | None, jsoncodec.loads(value))
 
 
 class UTCDateTime(TypeDecorator[datetime]):

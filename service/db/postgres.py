@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from psycopg import Connection, Cursor
-from psycopg.types.json import Json, Jsonb
+from psycopg.types.json import Jsonb
 from sqlalchemy import JSON
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
@@ -28,7 +28,7 @@ from sqlalchemy.orm.util import identity_key
 from service.audit.chain import GENESIS
 from service.audit.repository import ChainHead, chain_rows
 from service.db import jsoncodec
-from service.db.base import Base, table
+from service.db.base import Base, ManifestJSON, table
 
 _Row = TypeVar("_Row", bound=Base)
 
@@ -81,7 +81,7 @@ def adopt(
     for column, value in zip(table(entity).c, row, strict=True):
         if known is not None and column.name in known:
             value = known[column.name]
-        elif value is not None and isinstance(column.type, JSON):
+        elif value is not None and isinstance(column.type, (JSON, ManifestJSON)):
             value = jsoncodec.loads(value)
         elif isinstance(value, datetime):
             value = value.astimezone(UTC)
@@ -103,11 +103,16 @@ def insert_row(obj: Base) -> tuple[str, dict[str, Any]]:
     columns = table(type(obj)).c
     names = ", ".join(c.name for c in columns)
     values = ", ".join(f"%({c.name})s" for c in columns)
-    params = {
-        c.name: jsonb(getattr(obj, c.name)) if isinstance(c.type, JSON) else getattr(obj, c.name)
-        for c in columns
-    }
+    params = {c.name: _parameter(c, getattr(obj, c.name)) for c in columns}
     return f"INSERT INTO {table(type(obj)).name} ({names}) VALUES ({values})", params
+
+
+def _parameter(column: Any, value: Any) -> Any:
+    if isinstance(column.type, JSON):
+        return jsonb(value)
+    if isinstance(column.type, ManifestJSON):
+        return manifest_text(value)
+    return value
 
 
 def jsonb(value: Any) -> Jsonb:
@@ -115,24 +120,10 @@ def jsonb(value: Any) -> Jsonb:
     return Jsonb(value, dumps=jsoncodec.dumps_bytes)
 
 
-def json_bytes(value: Mapping[str, Any] | None) -> bytes | None:
-    """A JSON column's value (the bucket manifests: models.training, models.statistics, datasets.arrays)
-    encoded as the engine encodes it; None stays None (SQL NULL)."""
-    return None if value is None else jsoncodec.dumps_bytes(value)
-
-
-def json_encoded(data: bytes | None) -> Json | None:
-    """The parameter for a JSON column of :func:`json_bytes`'s encoding."""
-    return None if data is None else Json(data, dumps=_as_is)
-
-
-def _as_is(data: bytes) -> bytes:
-    return data
-
-
-def json_value(value: Mapping[str, Any] | None) -> Json | None:
-    """The parameter for a JSON column holding ``value``."""
-    return json_encoded(json_bytes(value))
+def manifest_text(value: Mapping[str, Any] | None) -> str | None:
+    """The parameter for a bucket manifest's column (:class:`service.db.base.ManifestJSON`) holding
+    ``value``: its JSON text, as the engine encodes it, sent as text (None: SQL NULL)."""
+    return None if value is None else jsoncodec.dumps_text(value)
 
 
 ArrayElement = int | str | datetime | None

@@ -56,7 +56,7 @@ class Dataset(Base):
     num_classes: Mapped[int] = mapped_column(Integer)
     feature_shape: Mapped[list[Any]]
     # bucket manifest (service.storage.buckets); None once every row is erased
-    arrays: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON)
+    arrays: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON())
     erased_rows: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     kind: Mapped[str] = mapped_column(String(32), default="table", server_default="table")
@@ -106,8 +106,8 @@ class Model(Base):
     # Bucket manifests of the remaining training arrays and of the per-sample statistics. Deferred (loaded
     # on first access, or by ModelRepository.lock): they grow with the number of owners, and submissions,
     # status reads and completions never need them.
-    training: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON, deferred=True)
-    statistics: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON, deferred=True)
+    training: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON(), deferred=True)
+    statistics: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON(), deferred=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -44,10 +44,8 @@ from service.db.postgres import (
     chain_head,
     insert_history,
     insert_row,
-    json_bytes,
-    json_encoded,
-    json_value,
     lock_chain_head,
+    manifest_text,
     select_list,
 )
 from service.db.tables import DeletionRequest, Model, ModelVersion
@@ -344,14 +342,14 @@ def record_unlearned_version(
             created_at=now,
         )
         conn.execute(*insert_row(version))
-        manifests_written = {column: json_bytes(getattr(release, column)) for column in _MANIFEST_COLUMNS}
+        manifests_written = {column: manifest_text(getattr(release, column)) for column in _MANIFEST_COLUMNS}
         moved_cur = conn.execute(
             _MOVE_MODEL,
             (
                 version_id,
-                json_encoded(manifests_written["training"]),
+                manifests_written["training"],
                 release.train_size,
-                json_encoded(manifests_written["statistics"]),
+                manifests_written["statistics"],
                 now,
                 model.id,
             ),
@@ -439,7 +437,7 @@ def _move_dataset(
     _swap_refs(conn, dataset_holder(dataset_id), old, new, now)
     remaining = row_count(cache, arrays)
     erased = source.erased_rows + max(source.num_rows - remaining, 0)
-    conn.execute(_MOVE_DATASET, (json_value(arrays), remaining, erased, dataset_id))
+    conn.execute(_MOVE_DATASET, (manifest_text(arrays), remaining, erased, dataset_id))
     return old - new
 
 

@@ -194,7 +194,7 @@ class KnownManifests:
         with self._lock:
             return self._rows.get(model_id)
 
-    def note(self, model_id: int, xmin: str, encoded: Mapping[str, bytes | None]) -> None:
+    def note(self, model_id: int, xmin: str, encoded: Mapping[str, str | None]) -> None:
         """The row version ``xmin`` of the model holds these columns' ``encoded`` values."""
         with self._lock:
             self._rows[model_id] = KnownRow(xmin, dict(encoded))
@@ -208,7 +208,7 @@ class KnownRow:
     """What :class:`KnownManifests` knows of one model's row: the row version, and columns' values."""
 
     xmin: str
-    encoded: Mapping[str, bytes | None]
+    encoded: Mapping[str, str | None]
 
     def values(self) -> dict[str, Any]:
         """column -> its value, decoded afresh."""

@@ -16,6 +16,7 @@ from bench.stack import new_token, postgres_database
 from service.db.base import Base
 from service.db.engine import make_engine
 from service.db.migrate import alembic_config, current_revision, head_revision
+from service.db.tables import Dataset
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +58,13 @@ def _upgrade_to(engine: sa.Engine, revision: str) -> None:
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+
+
+def _downgrade_to(engine: sa.Engine, revision: str) -> None:
+    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
 
 
 @pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
@@ -131,14 +139,11 @@ def test_0007_keeps_the_manifests_as_json_stored_out_of_line() -> None:
                     ),
                     {"arrays": json.dumps(manifest)},
                 )
-            _upgrade_to(engine, "head")
+            _upgrade_to(engine, "0007")
             with engine.connect() as conn:
                 after = _manifest_columns(conn)
                 stored = conn.execute(sa.text("SELECT arrays FROM datasets")).scalar()
-            cfg = alembic_config(url)
-            with engine.begin() as conn:
-                cfg.attributes["connection"] = conn
-                command.downgrade(cfg, "0006")
+            _downgrade_to(engine, "0006")
             with engine.connect() as conn:
                 downgraded = _manifest_columns(conn)
                 restored = conn.execute(sa.text("SELECT arrays FROM datasets")).scalar()
@@ -150,3 +155,39 @@ def test_0007_keeps_the_manifests_as_json_stored_out_of_line() -> None:
     assert set(downgraded.values()) == {("jsonb", "e")}
     assert stored == manifest
     assert restored == manifest
+
+
+def test_0008_keeps_the_manifests_as_text_stored_out_of_line() -> None:
+    """The manifests go from JSON to TEXT with their text intact (a JSON ``null`` included, which the
+    service's column type reads as None), stay EXTERNAL both ways, and a downgrade gives JSON back."""
+    manifest = {"num_buckets": 0, "num_rows": 2, "buckets": {"a1": "d" * 64, "b2": "e" * 64}, "dim": 3}
+    insert = sa.text(
+        "INSERT INTO datasets (name, source, format, num_rows, num_classes, feature_shape, arrays, "
+        "erased_rows, created_at, kind) VALUES (:name, 'upload', 'csv', 2, 2, '[3]', CAST(:arrays AS json), 0, "
+        "CURRENT_TIMESTAMP, 'table')"
+    )
+    read = sa.select(Dataset.name, Dataset.arrays).order_by(Dataset.name)
+    with postgres_database(f"lethe_migration_{new_token()}") as url:
+        engine = make_engine(url)
+        try:
+            _upgrade_to(engine, "0007")
+            with engine.begin() as conn:
+                conn.execute(
+                    insert, [{"name": "a", "arrays": json.dumps(manifest)}, {"name": "b", "arrays": "null"}]
+                )
+            _upgrade_to(engine, "head")
+            with engine.connect() as conn:
+                after = _manifest_columns(conn)
+                stored = conn.execute(sa.text("SELECT arrays FROM datasets ORDER BY name")).scalars().all()
+                through_the_orm = {name: arrays for name, arrays in conn.execute(read)}
+            _downgrade_to(engine, "0007")
+            with engine.connect() as conn:
+                downgraded = _manifest_columns(conn)
+                restored = conn.execute(sa.text("SELECT arrays FROM datasets ORDER BY name")).scalars().all()
+        finally:
+            engine.dispose()
+    assert set(after.values()) == {("text", "e")}
+    assert set(downgraded.values()) == {("json", "e")}
+    assert [json.loads(text) for text in stored] == [manifest, None]
+    assert through_the_orm == {"a": manifest, "b": None}
+    assert restored == [manifest, None]
