@@ -106,17 +106,28 @@ class UnitOfWork:
             self.session.execute(text(f"SET LOCAL lock_timeout = '{_ANALYZE_LOCK_TIMEOUT}'"))
             self.session.execute(text(f"ANALYZE {', '.join(_BULK_LOADED)}"))
 
-    def send_commit(self, conn: Connection[Any]) -> bool:
+    def send_commit(self, conn: Connection[Any], begin_next: bool = False) -> bool:
         """In the caller's pipeline on :meth:`postgres_connection`, after its last statement: send the
         COMMIT with them, so that the transaction ends in the pipeline's round trip instead of one of its
         own (bench/README.md, item 32). Only when the commit has nothing else to do first: nothing
         unflushed in the session, no outbox message, no artifact reference to check (:meth:`commit`);
         otherwise nothing is sent and False returned. Either way the caller then calls :meth:`commit`,
-        which finds the transaction ended (psycopg's commit does nothing then) and publishes."""
+        which finds the transaction ended (psycopg's commit does nothing then) and publishes.
+
+        ``begin_next``: a new transaction begins right after the COMMIT, in the same round trip, and the
+        caller's next statements run in it; this unit of work goes on in that transaction (its
+        :meth:`commit` commits it). COMMIT and BEGIN are sent as statements: psycopg's own commit would
+        end the round trip there. Should a statement before the COMMIT fail, the pipeline skips the rest
+        and nothing commits."""
         session = self.session
         if session.new or session.dirty or session.deleted or self.outbox.added or self.refs.held:
             return False
-        conn.commit()
+        if begin_next:
+            conn.execute("COMMIT")
+            conn.execute("BEGIN")
+            self.refs.commit_locked = False  # the commit released it
+        else:
+            conn.commit()
         return True
 
     def check_stored(self, blobs: Iterable[str]) -> None:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from service import metrics
 from service.audit.repository import ChainHead
@@ -19,11 +19,13 @@ from service.audit.service import completions_chain, request_version_events
 from service.db.base import utcnow
 from service.db.tables import ModelVersion
 from service.deletions.repository import Completed
-from service.jobs.postgres_path import Completion, complete_version
+from service.jobs.postgres_path import Completion, CompletionReads, complete_version
 from service.jobs.versions import serving_version
 from service.storage.artifacts import ArtifactStore
 
 if TYPE_CHECKING:
+    from psycopg import Connection
+
     from service.db.uow import UnitOfWork
     from service.runtime import Runtime
 
@@ -96,20 +98,48 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
             return
         conn = uow.postgres_connection()
         if conn is not None:
-            done = complete_version(
-                conn,
-                uow,
-                lambda current: publish(rt, model_id, current),
-                lambda blobs: _unlink(rt, blobs),
-                model_id,
-                version,
-                committed=committed is not None,
-            )
+            done = _complete_on(conn, uow, rt, model_id, version, committed is not None)
         else:
             done = _complete_portably(uow, rt, model_id, version)
-        if done is None:
-            return
-        uow.commit()
+        _commit_completion(uow, done)
+
+
+def finish_sent(
+    rt: Runtime, uow: UnitOfWork, model_id: int, version: ModelVersion, reads: CompletionReads
+) -> None:
+    """:func:`finish` of the version an update round just committed, in ``uow``, whose transaction began
+    with the round's COMMIT and in which the completion's reads were sent with it
+    (:func:`service.jobs.postgres_path.record_unlearned_version`); commits it."""
+    conn = uow.postgres_connection()
+    assert conn is not None  # the reads were sent on it
+    _commit_completion(uow, _complete_on(conn, uow, rt, model_id, version, True, reads))
+
+
+def _complete_on(
+    conn: Connection[Any],
+    uow: UnitOfWork,
+    rt: Runtime,
+    model_id: int,
+    version: ModelVersion,
+    committed: bool,
+    reads: CompletionReads | None = None,
+) -> Completion | None:
+    return complete_version(
+        conn,
+        uow,
+        lambda current: publish(rt, model_id, current),
+        lambda blobs: _unlink(rt, blobs),
+        model_id,
+        version,
+        committed=committed,
+        reads=reads,
+    )
+
+
+def _commit_completion(uow: UnitOfWork, done: Completion | None) -> None:
+    if done is None:
+        return
+    uow.commit()
     for request in done.requests:
         metrics.observe_completed(request.created_at, done.at)
 

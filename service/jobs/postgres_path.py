@@ -268,6 +268,15 @@ def send_version_reads(
 
 
 @dataclass
+class RecordedVersion:
+    """What :func:`record_unlearned_version` recorded: the version's row and, when its completion's reads
+    went with its commit, those reads (the unit of work is then in the completion's transaction)."""
+
+    version: ModelVersion
+    completion: CompletionReads | None
+
+
+@dataclass
 class _SourceDataset:
     """The locked dataset row: its counts and its manifest (None: every row erased already)."""
 
@@ -286,7 +295,8 @@ def record_unlearned_version(
     created_event: Callable[[int, int], dict[str, Any]],
     manifests: KnownManifests | None = None,
     while_writing: Callable[[], None] | None = None,
-) -> ModelVersion:
+    complete: bool = False,
+) -> RecordedVersion:
     """Record the round's version (see the module's docstring); returns its row (not in the session).
 
     ``reads``: :func:`send_version_reads`'s, answered: the commit's lock is held from then on, so no
@@ -299,7 +309,13 @@ def record_unlearned_version(
     model's new manifests are noted in ``manifests`` with the row version that holds them.
     ``while_writing``: work of the caller's (the hot statistics' move to the new version) run once
     every write is sent, while Postgres executes them, and before the COMMIT is sent: if it fails,
-    nothing commits."""
+    nothing commits.
+
+    ``complete``: when the COMMIT goes with the writes, a new transaction begins in the same round trip
+    and the version's completion sends its reads in it (:func:`send_completion_reads`): the unit of
+    work goes on in that transaction, in which the caller completes the version
+    (:func:`complete_version` with these reads), one round trip fewer than a completion of its own
+    (bench/README.md, item 33). The reads are returned with the version (None otherwise)."""
     model, previous = round_.model, round_.previous
     chain = model_chain(model.id)
     source = _source_dataset(reads.dataset.fetchone(), model)
@@ -377,13 +393,15 @@ def record_unlearned_version(
         append_events(conn, head, events, now)
         if while_writing is not None:
             while_writing()
-        uow.send_commit(conn)
+        completion = None
+        if uow.send_commit(conn, begin_next=complete) and complete:
+            completion = send_completion_reads(conn, model.id, version)
     _point_model(model, version_id, release)
     moved = moved_cur.fetchone()
     if manifests is not None and moved is not None:
         # Noted before the commit: should it roll back, no row version ever has this xmin.
         manifests.note(model.id, str(moved[0]), manifests_written)
-    return version
+    return RecordedVersion(version, completion)
 
 
 def _source_dataset(row: Any, model: Model) -> _SourceDataset:
@@ -476,6 +494,31 @@ class Completion:
     at: datetime
 
 
+@dataclass
+class CompletionReads:
+    """The first round trip of a version's completion (:func:`send_completion_reads`), pending until the
+    pipeline that sent them ends."""
+
+    current: Cursor[Any]  # the model's current version
+    applied: Cursor[Any]  # the version's applied requests, locked
+    head: Cursor[Any]  # the completions chain's head, locked
+    held: Cursor[Any] | None  # which of the version's garbage blobs a reference holds (None: no garbage)
+
+
+def send_completion_reads(conn: Connection[Any], model_id: int, version: ModelVersion) -> CompletionReads:
+    """Send, in the caller's pipeline, a completion's reads, with the locks in the portable path's order:
+    the version's applied requests, the completions chain's head, and the collection lock when the
+    version left garbage, then which garbage blobs a reference still holds."""
+    current = conn.execute(_CURRENT_VERSION, (model_id,))
+    applied = conn.execute(_LOCK_APPLIED, (model_id, version.id))
+    head = lock_chain_head(conn, completions_chain(model_id))
+    held = None
+    if version.garbage:
+        conn.execute(_COLLECTION_LOCK, (COLLECTION_LOCK_KEY,))
+        held = conn.execute(_STILL_HELD, (array_literal(version.garbage),))
+    return CompletionReads(current, applied, head, held)
+
+
 def complete_version(
     conn: Connection[Any],
     uow: UnitOfWork,
@@ -484,6 +527,7 @@ def complete_version(
     model_id: int,
     version: ModelVersion,
     committed: bool = False,
+    reads: CompletionReads | None = None,
 ) -> Completion | None:
     """:func:`service.jobs.completion.finish` on Postgres, in two round trips, the commit in the second. First
     the model's current version, then the locks in the portable path's order (the version's applied
@@ -497,28 +541,29 @@ def complete_version(
     (an update's drain). It is then published while Postgres answers the first round trip, and again
     only if the model has moved on meanwhile. Publishing it early is as safe as afterwards: the hot
     store never moves the pointer back to an older version, nor past a deleted model's tombstone
-    (:meth:`service.storage.hot.HotStore.set_serving`, :meth:`~service.storage.hot.HotStore.retire`)."""
+    (:meth:`service.storage.hot.HotStore.set_serving`, :meth:`~service.storage.hot.HotStore.retire`).
+
+    ``reads``: the first round trip, sent already (:func:`send_completion_reads`) and answered: the
+    round that committed ``version`` sent it with its COMMIT (:func:`record_unlearned_version`); the
+    version is then published first thing, the round's commit being known to have succeeded."""
     chain = completions_chain(model_id)
-    with conn.pipeline():
-        current_cur = conn.execute(_CURRENT_VERSION, (model_id,))
-        applied_cur = conn.execute(_LOCK_APPLIED, (model_id, version.id))
-        head_cur = lock_chain_head(conn, chain)
-        held_cur = None
-        if version.garbage:
-            conn.execute(_COLLECTION_LOCK, (COLLECTION_LOCK_KEY,))
-            held_cur = conn.execute(_STILL_HELD, (array_literal(version.garbage),))
-        if committed:
-            serve(version)  # while Postgres answers (bench/README.md, item 32)
-    current_row = current_cur.fetchone()
+    if reads is None:
+        with conn.pipeline():
+            reads = send_completion_reads(conn, model_id, version)
+            if committed:
+                serve(version)  # while Postgres answers (bench/README.md, item 32)
+    elif committed:
+        serve(version)
+    current_row = reads.current.fetchone()
     if current_row is None or current_row[0] is None:
         return None
     current_id = int(current_row[0])
-    requests = [Completed(*row) for row in applied_cur.fetchall()]
-    head = chain_head(chain, head_cur.fetchone())
+    requests = [Completed(*row) for row in reads.applied.fetchall()]
+    head = chain_head(chain, reads.head.fetchone())
     if not committed or current_id != version.id:
         serve(serving_version(uow, version, current_id))
-    if held_cur is not None:
-        collect(set(version.garbage) - {row[0] for row in held_cur.fetchall()})
+    if reads.held is not None:
+        collect(set(version.garbage) - {row[0] for row in reads.held.fetchall()})
     now = utcnow()
     if not requests:
         return Completion(requests, now)

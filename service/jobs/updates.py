@@ -29,10 +29,11 @@ from service.audit.service import model_chain, request_version_events
 from service.db.base import utcnow
 from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.db.uow import UnitOfWork
-from service.jobs.completion import finish
+from service.jobs.completion import finish, finish_sent
 from service.jobs.plans import Batch, RequestPlan, plan_requests, tombstones
 from service.jobs.postgres_path import (
     LockedRound,
+    RecordedVersion,
     UnlearnedVersion,
     lock_round,
     record_unlearned_version,
@@ -270,9 +271,16 @@ def apply_batch(rt: Runtime, model_id: int) -> Round:
             _await_retrain(uow, model, [p.request for p in wait], reason or "", claimed_at)
         finished: ModelVersion | None = None
         if forgot.outcome is not None and forgot.outcome.forgotten_ids:
-            finished = _record_update(
+            recorded = _record_update(
                 rt, uow, model, version, stats, forgot.batch, forgot.outcome, claimed_at
             )
+            finished = recorded.version
+            if recorded.completion is not None:
+                # Committed with its writes, its completion's reads answered in a new transaction of
+                # this unit of work: the completion goes on here.
+                _observe_round(started, requests)
+                finish_sent(rt, uow, model_id, recorded.version, recorded.completion)
+                return Round(True, None)
         elif forgot.batch.plans:
             # Nothing left to forget (an earlier version already excludes these subjects): the
             # current version answers them.
@@ -281,9 +289,13 @@ def apply_batch(rt: Runtime, model_id: int) -> Round:
             )
             finished = version
         uow.commit()
+    _observe_round(started, requests)
+    return Round(True, finished)
+
+
+def _observe_round(started: float, requests: Sequence[DeletionRequest]) -> None:
     metrics.UPDATE_SECONDS.observe(time.perf_counter() - started)
     metrics.UPDATE_BATCH.observe(len(requests))
-    return Round(True, finished)
 
 
 def _lock_round(rt: Runtime, uow: UnitOfWork, model_id: int) -> LockedRound:
@@ -393,9 +405,10 @@ def _record_update(
     batch: Batch,
     outcome: ForgetOutcome,
     claimed_at: Any,
-) -> ModelVersion:
+) -> RecordedVersion:
     """Write the round's blobs and record its version (``previous``: the version the round started from),
-    through the pipelined statements on Postgres, the repositories elsewhere."""
+    through the pipelined statements on Postgres, the repositories elsewhere. On Postgres the version's
+    completion sends its reads with the round's commit when it can (:func:`record_unlearned_version`)."""
     planned = batch.samples
     if stats is not None:
         planned = {**planned, **stats.staged}
@@ -470,7 +483,7 @@ def _record_update(
             rt, uow, model, release, batch, forgotten, emptied, request, charge, claimed_at, created
         )
         move_hot_statistics()
-        return version
+        return RecordedVersion(version, None)
     with conn.pipeline():
         # The reads the writes need go first, and the blobs are written while Postgres answers them;
         # the hot statistics move while it executes the writes (bench/README.md, item 31).
@@ -480,7 +493,16 @@ def _record_update(
         model, previous, release, batch, forgotten, emptied, request, charge, claimed_at
     )
     return record_unlearned_version(
-        conn, uow, rt.cache, rt.hasher, unlearned, reads, created, rt.manifests, move_hot_statistics
+        conn,
+        uow,
+        rt.cache,
+        rt.hasher,
+        unlearned,
+        reads,
+        created,
+        rt.manifests,
+        move_hot_statistics,
+        complete=True,
     )
 
 

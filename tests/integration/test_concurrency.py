@@ -100,14 +100,15 @@ def test_a_request_committed_while_a_drain_holds_the_claim_is_drained_by_it(
         ids = [int(client.delete(model_id, owner_ids=[f"owner-{i:05d}"])["id"]) for i in range(2)]
         assert not runtime.hot.claim_update(model_id)  # their job's claim, still held
 
-        finish = updates.finish
+        # On Postgres a round's completion goes on in the round's unit of work (finish_sent).
+        finish_sent = updates.finish_sent
 
         def finish_while_a_request_arrives(*args: Any, **kwargs: Any) -> None:
             if len(ids) == 2:
                 ids.append(int(client.delete(model_id, owner_ids=["owner-00002"])["id"]))
-            finish(*args, **kwargs)
+            finish_sent(*args, **kwargs)
 
-        monkeypatch.setattr(updates, "finish", finish_while_a_request_arrives)
+        monkeypatch.setattr(updates, "finish_sent", finish_while_a_request_arrives)
         apply_deletions(runtime, model_id)
 
         done = [client.deletion(i) for i in ids]

@@ -6,7 +6,6 @@ commit sent with its writes, after the blobs it put before the commit's lock are
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -207,37 +206,54 @@ def _current_version(runtime: Runtime, model_id: int) -> int | None:
         return found.scalar()
 
 
-def test_a_round_commits_with_its_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The round's COMMIT goes in its write pipeline: when the unit of work's own commit is called, the
-    transaction has ended and other connections see the new version. No worker runs in this deployment:
-    the test runs the job itself."""
+def test_a_round_commits_with_its_writes_and_its_completion_s_reads_come_back_with_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The round's COMMIT goes in its write pipeline, and a new transaction with its completion's reads
+    (its applied requests locked) in the same round trip: when the completion goes on, other connections
+    see the version committed and the request applied, and cannot lock the request. No worker runs in
+    this deployment: the test runs the job itself."""
     with deployment_of_its_own(tmp_path) as deployment:
         client, runtime = deployment.client, deployment.runtime
         model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
         train_model(runtime, model_id)
         client.ready(model_id)
         trained = _current_version(runtime, model_id)
-        request = client.delete(model_id, owner_ids=["owner-00000"])
-        at_commit: list[tuple[psycopg.pq.TransactionStatus, int | None]] = []
-        commit = UnitOfWork.commit
-        job_thread = threading.get_ident()  # the deployment's dispatcher and reconciler commit too
+        request_id = int(client.delete(model_id, owner_ids=["owner-00000"])["id"])
+        seen: list[tuple[psycopg.pq.TransactionStatus, int | None, str, bool]] = []
+        finish_sent = updates.finish_sent
+        database = runtime.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
-        def observed(uow: UnitOfWork) -> None:
-            if threading.get_ident() == job_thread:
-                conn = uow.postgres_connection()
-                assert conn is not None
-                at_commit.append((conn.info.transaction_status, _current_version(runtime, model_id)))
-            commit(uow)
+        def observed(rt: Runtime, uow: UnitOfWork, *args: Any) -> None:
+            conn = uow.postgres_connection()
+            assert conn is not None
+            with psycopg.connect(database) as other:
+                state = other.execute("SELECT state FROM deletion_requests WHERE id = %s", (request_id,))
+                try:
+                    other.execute(
+                        "SELECT id FROM deletion_requests WHERE id = %s FOR UPDATE NOWAIT", (request_id,)
+                    )
+                    locked = False
+                except psycopg.errors.LockNotAvailable:
+                    locked = True
+                seen.append(
+                    (
+                        conn.info.transaction_status,
+                        _current_version(runtime, model_id),
+                        state.fetchone()[0],
+                        locked,
+                    )
+                )  # type: ignore[index]
+            finish_sent(rt, uow, *args)
 
-        monkeypatch.setattr(UnitOfWork, "commit", observed)
+        monkeypatch.setattr(updates, "finish_sent", observed)
         updates.apply_deletions(runtime, model_id)
         monkeypatch.undo()
 
-        done = client.deletion(int(request["id"]))
-        assert done["state"] == "completed"
+        assert client.deletion(request_id)["state"] == "completed"
         new = _current_version(runtime, model_id)
         assert new is not None and new != trained
-        assert at_commit[0] == (psycopg.pq.TransactionStatus.IDLE, new)  # the round's: committed already
+        assert seen == [(psycopg.pq.TransactionStatus.INTRANS, new, "applied", True)]
 
 
 def test_a_round_whose_new_blob_was_collected_before_the_commit_lock_writes_it_again(
