@@ -6,8 +6,9 @@ kills itself with SIGKILL at one point of its first deletion update, for the cra
 - ``before_commit``: inside the update's transaction, after the new version's blobs are written and its
   rows (the version, the ledger charge, the requests' states) sent, as the statistics in Redis are about
   to move to it, before anything commits;
-- ``after_commit``: after the version, ledger charge and request states committed, before the
-  completion (serve the version, delete the garbage blobs, mark the requests completed).
+- ``after_commit``: after the version, ledger charge and request states committed (and, on Postgres, the
+  completion's transaction begun with its reads and locks in the same round trip), before the rest of
+  the completion (serve the version, delete the garbage blobs, mark the requests completed).
 
 SIGKILL gives the process no chance to clean up: Postgres sees the connection drop (and rolls back an
 open transaction), the broker message is gone, nothing is flushed. The service's production code is
@@ -26,7 +27,7 @@ from service.storage.statistics import RedisSampleStatistics
 
 CRASH_POINTS: dict[str, tuple[object, str]] = {
     "before_commit": (RedisSampleStatistics, "apply"),
-    "after_commit": (updates, "finish"),
+    "after_commit": (updates, "finish_sent"),  # the completion a round hands its unit of work on to
 }
 
 
