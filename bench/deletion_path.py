@@ -178,6 +178,9 @@ def measure(env: dict[str, str], model_id: int, owners: list[str], warmup: int) 
             _check(round_.progressed, f"the round of {owner} took no request")
             if timer.running("completion"):
                 timer.stop("completion")
+                carried = getattr(round_, "carried", None)
+                if carried is not None:  # the next round's reads, sent with the completion's commit
+                    carried.close()  # this bench takes one owner at a time: the next intake comes first
                 continue
             timer.stop("round")
             version = round_.version

@@ -8,7 +8,7 @@ that order and is idempotent, so the reconciler can run it again after a crash.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,7 @@ from service.audit.service import completions_chain, request_version_events
 from service.db.base import utcnow
 from service.db.tables import ModelVersion
 from service.deletions.repository import Completed
-from service.jobs.postgres_path import Completion, CompletionReads, complete_version
+from service.jobs.postgres_path import Completion, CompletionReads, RoundReads, complete_version
 from service.jobs.versions import serving_version
 from service.storage.artifacts import ArtifactStore
 
@@ -98,48 +98,62 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
             return
         conn = uow.postgres_connection()
         if conn is not None:
-            done = _complete_on(conn, uow, rt, model_id, version, committed is not None)
+            done = complete_version(
+                conn,
+                uow,
+                lambda current: publish(rt, model_id, current),
+                lambda blobs: _unlink(rt, blobs),
+                model_id,
+                version,
+                committed=committed is not None,
+            )
         else:
             done = _complete_portably(uow, rt, model_id, version)
         _commit_completion(uow, done)
 
 
 def finish_sent(
-    rt: Runtime, uow: UnitOfWork, model_id: int, version: ModelVersion, reads: CompletionReads
-) -> None:
-    """:func:`finish` of the version an update round just committed, in ``uow``, whose transaction began
-    with the round's COMMIT and in which the completion's reads were sent with it
-    (:func:`service.jobs.postgres_path.record_unlearned_version`); commits it."""
-    conn = uow.postgres_connection()
-    assert conn is not None  # the reads were sent on it
-    _commit_completion(uow, _complete_on(conn, uow, rt, model_id, version, True, reads))
-
-
-def _complete_on(
-    conn: Connection[Any],
-    uow: UnitOfWork,
     rt: Runtime,
+    uow: UnitOfWork,
     model_id: int,
     version: ModelVersion,
-    committed: bool,
-    reads: CompletionReads | None = None,
-) -> Completion | None:
-    return complete_version(
+    reads: CompletionReads,
+    next_round: Callable[[Connection[Any]], RoundReads] | None = None,
+) -> RoundReads | None:
+    """:func:`finish` of the version an update round just committed, in ``uow``, whose transaction began
+    with the round's COMMIT and in which the completion's reads were sent with it
+    (:func:`service.jobs.postgres_path.record_unlearned_version`); commits it. ``next_round``: send the
+    next round's reads with the completion's COMMIT, in a new transaction of ``uow``
+    (:func:`service.jobs.postgres_path.complete_version`); returns them, and ``uow`` is then left in
+    that transaction, for the next round (None: the completion committed as usual)."""
+    conn = uow.postgres_connection()
+    assert conn is not None  # the reads were sent on it
+    done = complete_version(
         conn,
         uow,
         lambda current: publish(rt, model_id, current),
         lambda blobs: _unlink(rt, blobs),
         model_id,
         version,
-        committed=committed,
+        committed=True,
         reads=reads,
+        next_round=next_round,
     )
+    if done is not None and done.next_round is not None:
+        _observe(done)  # committed with its last round trip; the transaction now is the next round's
+        return done.next_round
+    _commit_completion(uow, done)
+    return None
 
 
 def _commit_completion(uow: UnitOfWork, done: Completion | None) -> None:
     if done is None:
         return
     uow.commit()
+    _observe(done)
+
+
+def _observe(done: Completion) -> None:
     for request in done.requests:
         metrics.observe_completed(request.created_at, done.at)
 

@@ -153,6 +153,33 @@ class LockedRound:
     sample_owner: dict[str, str] | None = None
 
 
+@dataclass
+class RoundReads:
+    """The reads of a round (:func:`send_round_reads`), pending until the pipeline that sent them ends."""
+
+    known: KnownRow | None  # the model's manifests as this process noted them (read only if changed)
+    model: Cursor[Any]
+    requests: Cursor[Any]
+    version: Cursor[Any]
+    owners: Cursor[Any]
+    samples: Cursor[Any]
+
+
+def send_round_reads(
+    conn: Connection[Any], model_id: int, limit: int, manifests: KnownManifests | None = None
+) -> RoundReads:
+    """Send, in the caller's pipeline, :func:`lock_round`'s reads."""
+    known = manifests.known(model_id) if manifests is not None else None
+    return RoundReads(
+        known=known,
+        model=conn.execute(_SELECT_MODEL, {"id": model_id, "xmin": known.xmin if known else None}),
+        requests=conn.execute(_SELECT_QUEUED, (model_id, limit)),
+        version=conn.execute(_SELECT_CURRENT_VERSION, (model_id,)),
+        owners=conn.execute(_NAMED_OWNERS, {"model_id": model_id}),
+        samples=conn.execute(_NAMED_SAMPLES, {"model_id": model_id}),
+    )
+
+
 def lock_round(
     conn: Connection[Any],
     session: Session,
@@ -167,24 +194,24 @@ def lock_round(
     without a second query (:func:`service.db.postgres.adopt`), so what the round changes on them is flushed as before.
     ``manifests``: the model's bucket manifests are read only if the row changed since this process's
     last round wrote them (:class:`service.jobs.state.KnownManifests`)."""
-    known = manifests.known(model_id) if manifests is not None else None
     with conn.pipeline():
-        model_cur = conn.execute(_SELECT_MODEL, {"id": model_id, "xmin": known.xmin if known else None})
-        requests_cur = conn.execute(_SELECT_QUEUED, (model_id, limit))
-        version_cur = conn.execute(_SELECT_CURRENT_VERSION, (model_id,))
-        owners_cur = conn.execute(_NAMED_OWNERS, {"model_id": model_id})
-        samples_cur = conn.execute(_NAMED_SAMPLES, {"model_id": model_id})
-    model_row = model_cur.fetchone()
-    version_row = version_cur.fetchone()
+        reads = send_round_reads(conn, model_id, limit, manifests)
+    return read_round(session, reads)
+
+
+def read_round(session: Session, reads: RoundReads) -> LockedRound:
+    """:func:`lock_round`'s answer from its reads, answered (sent by :func:`send_round_reads`)."""
+    model_row = reads.model.fetchone()
+    version_row = reads.version.fetchone()
     owner_samples: dict[str, list[str]] = {}
-    for owner, sample in owners_cur.fetchall():
+    for owner, sample in reads.owners.fetchall():
         owner_samples.setdefault(owner, []).append(sample)
     return LockedRound(
-        model=_adopt_model(session, model_row, known) if model_row is not None else None,
-        requests=[adopt(session, DeletionRequest, row) for row in requests_cur.fetchall()],
+        model=_adopt_model(session, model_row, reads.known) if model_row is not None else None,
+        requests=[adopt(session, DeletionRequest, row) for row in reads.requests.fetchall()],
         version=adopt(session, ModelVersion, version_row) if version_row is not None else None,
         owner_samples=owner_samples,
-        sample_owner=dict(samples_cur.fetchall()),
+        sample_owner=dict(reads.samples.fetchall()),
     )
 
 
@@ -492,6 +519,8 @@ class Completion:
 
     requests: list[Completed]
     at: datetime
+    # The next round's reads, sent in a transaction begun with the completion's COMMIT (``next_round``).
+    next_round: RoundReads | None = None
 
 
 @dataclass
@@ -528,6 +557,7 @@ def complete_version(
     version: ModelVersion,
     committed: bool = False,
     reads: CompletionReads | None = None,
+    next_round: Callable[[Connection[Any]], RoundReads] | None = None,
 ) -> Completion | None:
     """:func:`service.jobs.completion.finish` on Postgres, in two round trips, the commit in the second. First
     the model's current version, then the locks in the portable path's order (the version's applied
@@ -545,7 +575,12 @@ def complete_version(
 
     ``reads``: the first round trip, sent already (:func:`send_completion_reads`) and answered: the
     round that committed ``version`` sent it with its COMMIT (:func:`record_unlearned_version`); the
-    version is then published first thing, the round's commit being known to have succeeded."""
+    version is then published first thing, the round's commit being known to have succeeded.
+
+    ``next_round``: when the completion's COMMIT goes in its last round trip, a new transaction begins in
+    the same round trip and ``next_round`` sends the next update round's reads in it
+    (:func:`send_round_reads`); they are returned in the :class:`Completion`, and the unit of work goes
+    on in that transaction (the caller must not commit it: the next round does)."""
     chain = completions_chain(model_id)
     if reads is None:
         with conn.pipeline():
@@ -582,5 +617,7 @@ def complete_version(
             request_version_events("deletion.completed", model_id, version.id, version.seq, ids),
             now,
         )
-        uow.send_commit(conn)  # not with callbacks: their outbox rows are flushed at the commit
-    return Completion(requests, now)
+        # Not with callbacks: their outbox rows are flushed at the commit.
+        sent = uow.send_commit(conn, begin_next=next_round is not None)
+        next_reads = next_round(conn) if sent and next_round is not None else None
+    return Completion(requests, now, next_reads)

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from service import metrics
@@ -34,9 +35,12 @@ from service.jobs.plans import Batch, RequestPlan, plan_requests, tombstones
 from service.jobs.postgres_path import (
     LockedRound,
     RecordedVersion,
+    RoundReads,
     UnlearnedVersion,
     lock_round,
+    read_round,
     record_unlearned_version,
+    send_round_reads,
     send_version_reads,
 )
 from service.jobs.state import (
@@ -173,22 +177,28 @@ def _fail_queued(rt: Runtime, model_id: int, reason: str) -> None:
 
 
 def _drain(rt: Runtime, model_id: int) -> None:
-    for _ in range(_MAX_ROUNDS):
-        round_ = _apply_with_retries(rt, model_id)
-        if round_.version is not None:
-            finish(rt, model_id, round_.version.id, round_.version)
-        if round_.progressed:
-            # Requests committed meanwhile published no job: the next round's read is the look at the
-            # queue (under load it finds some, and no other statement is spent on looking).
-            continue
-        # The queue was empty at this round's read: let go of the claim, then look at the queue once
-        # more: a request committed before the release published no job and is seen here; one committed
-        # after it publishes a job, unless this drain takes the claim back first and so reads it in its
-        # next round. A model that cannot take an update now (retraining) gets a job from whatever makes
-        # it ready (service.jobs.training).
-        rt.hot.release_update(model_id)
-        if not round_.updatable or not _has_queued(rt, model_id) or not rt.hot.claim_update(model_id):
-            return
+    carried: RoundUnit | None = None  # the next round's unit of work, its reads sent (Round.carried)
+    try:
+        for _ in range(_MAX_ROUNDS):
+            round_ = _apply_with_retries(rt, model_id, carried)
+            carried = round_.carried
+            if round_.version is not None:
+                finish(rt, model_id, round_.version.id, round_.version)
+            if round_.progressed:
+                # Requests committed meanwhile published no job: the next round's read is the look at
+                # the queue (under load it finds some, and no other statement is spent on looking).
+                continue
+            # The queue was empty at this round's read: let go of the claim, then look at the queue once
+            # more: a request committed before the release published no job and is seen here; one
+            # committed after it publishes a job, unless this drain takes the claim back first and so
+            # reads it in its next round. A model that cannot take an update now (retraining) gets a job
+            # from whatever makes it ready (service.jobs.training).
+            rt.hot.release_update(model_id)
+            if not round_.updatable or not _has_queued(rt, model_id) or not rt.hot.claim_update(model_id):
+                return
+    finally:
+        if carried is not None:
+            carried.close()
     # Still busy: hand the rest, and the claim, to a fresh job instead of monopolising this worker.
     with rt.uow() as uow:
         uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
@@ -200,12 +210,18 @@ def _has_queued(rt: Runtime, model_id: int) -> bool:
         return uow.deletions.any_queued(model_id)
 
 
-def _apply_with_retries(rt: Runtime, model_id: int) -> Round:
+def _apply_with_retries(rt: Runtime, model_id: int, carried: RoundUnit | None = None) -> Round:
+    """:func:`apply_batch`, again after a blob collected before its commit or a flushed hot store;
+    ``carried`` (the previous round's hand-on) serves the first attempt only."""
+
+    def one_round() -> Round:
+        nonlocal carried
+        unit, carried = carried, None
+        return apply_batch(rt, model_id, unit)
+
     def attempt() -> Round:
         # A blob collected before the commit (service.storage.refs): the update writes it again.
-        return rewrite_if_collected(
-            lambda: apply_batch(rt, model_id), job="apply_deletions", detail=f"of model {model_id}"
-        )
+        return rewrite_if_collected(one_round, job="apply_deletions", detail=f"of model {model_id}")
 
     for n in range(_HOT_STORE_RETRIES):
         try:
@@ -225,6 +241,41 @@ class _Forgot:
     failed: dict[int, str]
 
 
+class RoundUnit:
+    """The unit of work an update round runs in: a new one, or one the previous round's completion
+    handed on (:meth:`hand_on`) with this round's reads sent in a transaction begun with that
+    completion's COMMIT (:func:`service.jobs.completion.finish_sent`): one round trip fewer per round.
+    As a context manager it gives the unit of work and ends it on exit, unless handed on meanwhile."""
+
+    def __init__(self, uow: UnitOfWork, entered: bool = False, reads: RoundReads | None = None) -> None:
+        self.uow = uow
+        self.reads = reads  # this round's reads, sent (None: the round sends its own)
+        self._entered = entered
+        self._handed_on = False
+
+    def __enter__(self) -> UnitOfWork:
+        if not self._entered:
+            self.uow.__enter__()
+            self._entered = True
+        return self.uow
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._handed_on:
+            self.uow.__exit__(exc_type, exc, tb)
+
+    def hand_on(self, reads: RoundReads) -> RoundUnit:
+        """This unit of work, for the next round, whose ``reads`` its transaction has sent."""
+        self._handed_on = True
+        self.uow.session.expunge_all()  # the next round adopts its rows afresh: the map stays small
+        return RoundUnit(self.uow, entered=True, reads=reads)
+
+    def close(self) -> None:
+        """End a unit of work handed on to a round that never ran (its transaction rolls back)."""
+        self.uow.__exit__(None, None, None)
+
+
 @dataclass(frozen=True)
 class Round:
     """What one update round did (:func:`apply_batch`)."""
@@ -232,13 +283,16 @@ class Round:
     progressed: bool  # whether it handled any queued request (then the queue may hold more)
     version: ModelVersion | None  # the version to finish, as committed (the completion need not read it)
     updatable: bool = True  # False: the model is unknown, not trained or not ready (retraining)
+    carried: RoundUnit | None = None  # the next round's unit of work, its reads sent (RoundUnit)
 
 
-def apply_batch(rt: Runtime, model_id: int) -> Round:
-    """One update round: drain up to ``max_batch`` of the model's queued requests into one version."""
+def apply_batch(rt: Runtime, model_id: int, carried: RoundUnit | None = None) -> Round:
+    """One update round: drain up to ``max_batch`` of the model's queued requests into one version.
+    ``carried``: the unit of work the previous round handed on (:class:`RoundUnit`)."""
     started = time.perf_counter()
-    with rt.uow() as uow:
-        locked = _lock_round(rt, uow, model_id)
+    unit = carried if carried is not None else RoundUnit(rt.uow())
+    with unit as uow:
+        locked = _lock_round(rt, uow, model_id, unit.reads)
         model, requests, version = locked.model, locked.requests, locked.version
         if model is None or model.status != "ready" or model.current_version_id is None:
             return Round(False, None, updatable=False)
@@ -277,10 +331,18 @@ def apply_batch(rt: Runtime, model_id: int) -> Round:
             finished = recorded.version
             if recorded.completion is not None:
                 # Committed with its writes, its completion's reads answered in a new transaction of
-                # this unit of work: the completion goes on here.
+                # this unit of work: the completion goes on here, and sends the next round's reads
+                # with its own commit.
                 _observe_round(started, requests)
-                finish_sent(rt, uow, model_id, recorded.version, recorded.completion)
-                return Round(True, None)
+                next_reads = finish_sent(
+                    rt,
+                    uow,
+                    model_id,
+                    recorded.version,
+                    recorded.completion,
+                    lambda conn: send_round_reads(conn, model_id, rt.settings.max_batch, rt.manifests),
+                )
+                return Round(True, None, carried=unit.hand_on(next_reads) if next_reads else None)
         elif forgot.batch.plans:
             # Nothing left to forget (an earlier version already excludes these subjects): the
             # current version answers them.
@@ -298,10 +360,13 @@ def _observe_round(started: float, requests: Sequence[DeletionRequest]) -> None:
     metrics.UPDATE_BATCH.observe(len(requests))
 
 
-def _lock_round(rt: Runtime, uow: UnitOfWork, model_id: int) -> LockedRound:
+def _lock_round(rt: Runtime, uow: UnitOfWork, model_id: int, sent: RoundReads | None = None) -> LockedRound:
     """The model locked, its queued requests (locked, oldest first, none unless the model takes
     updates) and its current version: one pipelined round trip on Postgres
-    (:func:`service.jobs.postgres_path.lock_round`), the repositories elsewhere."""
+    (:func:`service.jobs.postgres_path.lock_round`), none when the previous round's completion ``sent``
+    the reads already, the repositories elsewhere."""
+    if sent is not None:
+        return read_round(uow.session, sent)
     conn = uow.postgres_connection()
     if conn is not None:
         return lock_round(conn, uow.session, model_id, rt.settings.max_batch, rt.manifests)

@@ -145,3 +145,40 @@ def test_a_request_committed_just_before_the_drain_lets_go_of_the_claim_is_drain
         assert [d["version"]["seq"] for d in done] == [2, 3]
         assert runtime.hot.claim_update(model_id)  # the drain let go of the claim at its end
         release(model_id)
+
+
+def test_a_drain_s_next_round_reads_its_queue_with_the_previous_completion_s_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Postgres each completion sends the next round's reads with its COMMIT, in a new transaction the
+    next round then runs in: a drain of three one-request rounds reads the queue in a round trip of its
+    own once (the first round), and the two later rounds and the last look, which finds the queue empty,
+    read what the completions sent. No worker runs in this deployment: the test runs the job itself."""
+    with deployment_of_its_own(tmp_path, max_batch="1") as deployment:
+        client, runtime = deployment.client, deployment.runtime
+        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
+        train_model(runtime, model_id)
+        client.ready(model_id)
+        ids = [int(client.delete(model_id, owner_ids=[f"owner-{i:05d}"])["id"]) for i in range(3)]
+        calls: dict[str, int] = {"lock_round": 0, "read_round": 0}
+
+        def counted(name: str) -> Any:
+            original = getattr(updates, name)
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                calls[name] += 1
+                return original(*args, **kwargs)
+
+            return call
+
+        for name in calls:
+            monkeypatch.setattr(updates, name, counted(name))
+        apply_deletions(runtime, model_id)
+        monkeypatch.undo()
+
+        done = [client.deletion(i) for i in ids]
+        assert [d["state"] for d in done] == ["completed"] * 3
+        assert [d["version"]["seq"] for d in done] == [2, 3, 4]
+        assert calls == {"lock_round": 1, "read_round": 3}
+        assert runtime.hot.claim_update(model_id)  # the drain let go of the claim
+        runtime.hot.release_update(model_id)
