@@ -98,15 +98,7 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
             return
         conn = uow.postgres_connection()
         if conn is not None:
-            done = complete_version(
-                conn,
-                uow,
-                lambda current: publish(rt, model_id, current),
-                lambda blobs: _unlink(rt, blobs),
-                model_id,
-                version,
-                committed=committed is not None,
-            )
+            done = _complete_on_postgres(conn, uow, rt, model_id, version, committed=committed is not None)
         else:
             done = _complete_portably(uow, rt, model_id, version)
         _commit_completion(uow, done)
@@ -128,22 +120,35 @@ def finish_sent(
     that transaction, for the next round (None: the completion committed as usual)."""
     conn = uow.postgres_connection()
     assert conn is not None  # the reads were sent on it
-    done = complete_version(
-        conn,
-        uow,
-        lambda current: publish(rt, model_id, current),
-        lambda blobs: _unlink(rt, blobs),
-        model_id,
-        version,
-        committed=True,
-        reads=reads,
-        next_round=next_round,
+    done = _complete_on_postgres(
+        conn, uow, rt, model_id, version, committed=True, reads=reads, next_round=next_round
     )
     if done is not None and done.next_round is not None:
         _observe(done)  # committed with its last round trip; the transaction now is the next round's
         return done.next_round
     _commit_completion(uow, done)
     return None
+
+
+def _complete_on_postgres(
+    conn: Connection[Any],
+    uow: UnitOfWork,
+    rt: Runtime,
+    model_id: int,
+    version: ModelVersion,
+    **options: Any,
+) -> Completion | None:
+    """:func:`service.jobs.postgres_path.complete_version`, publishing to and unlinking from ``rt``'s
+    stores; ``options``: its keyword arguments."""
+    return complete_version(
+        conn,
+        uow,
+        lambda current: publish(rt, model_id, current),
+        lambda blobs: _unlink(rt, blobs),
+        model_id,
+        version,
+        **options,
+    )
 
 
 def _commit_completion(uow: UnitOfWork, done: Completion | None) -> None:

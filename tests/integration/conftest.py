@@ -31,6 +31,7 @@ from bench.stack import ServersUnavailable, new_token, postgres_database, redis_
 from service.app import create_app
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
+from service.jobs.training import train_model
 from service.runtime import Runtime
 from service.settings import Settings
 
@@ -243,6 +244,14 @@ class Deployment:
     runtime: Runtime
     client: Client
     var: Path
+
+    def trained_model(self) -> int:
+        """A model on a new 40-row dataset (two samples per owner), trained by this process (no worker
+        runs here) and ready; its id."""
+        model_id = self.client.model(self.client.dataset(n=40, samples_per_owner=2), epochs=1)
+        train_model(self.runtime, model_id)
+        self.client.ready(model_id)
+        return model_id
 
 
 @contextmanager

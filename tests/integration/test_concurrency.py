@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from service.jobs import updates
-from service.jobs.training import train_model
 from service.jobs.updates import apply_deletions
 from service.runtime import Runtime
 from tests.integration.conftest import Client, deployment_of_its_own, key
@@ -73,9 +72,7 @@ def test_one_job_drains_a_queue_longer_than_a_round_may_take(tmp_path: Path) -> 
     this deployment: the test runs the jobs itself."""
     with deployment_of_its_own(tmp_path, max_batch="2") as deployment:
         client, runtime = deployment.client, deployment.runtime
-        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
-        train_model(runtime, model_id)
-        client.ready(model_id)
+        model_id = deployment.trained_model()
         ids = [int(client.delete(model_id, owner_ids=[f"owner-{i:05d}"])["id"]) for i in range(5)]
         assert {client.deletion(i)["state"] for i in ids} == {"queued"}
 
@@ -94,9 +91,7 @@ def test_a_request_committed_while_a_drain_holds_the_claim_is_drained_by_it(
     completed; the one job completes all three, in two versions, and leaves the claim free."""
     with deployment_of_its_own(tmp_path) as deployment:
         client, runtime = deployment.client, deployment.runtime
-        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
-        train_model(runtime, model_id)
-        client.ready(model_id)
+        model_id = deployment.trained_model()
         ids = [int(client.delete(model_id, owner_ids=[f"owner-{i:05d}"])["id"]) for i in range(2)]
         assert not runtime.hot.claim_update(model_id)  # their job's claim, still held
 
@@ -126,9 +121,7 @@ def test_a_request_committed_just_before_the_drain_lets_go_of_the_claim_is_drain
     drain looks at the queue once more after the release, takes the claim back and drains it."""
     with deployment_of_its_own(tmp_path) as deployment:
         client, runtime = deployment.client, deployment.runtime
-        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
-        train_model(runtime, model_id)
-        client.ready(model_id)
+        model_id = deployment.trained_model()
         ids = [int(client.delete(model_id, owner_ids=["owner-00000"])["id"])]
         release = runtime.hot.release_update
 
@@ -156,9 +149,7 @@ def test_a_drain_s_next_round_reads_its_queue_with_the_previous_completion_s_com
     read what the completions sent. No worker runs in this deployment: the test runs the job itself."""
     with deployment_of_its_own(tmp_path, max_batch="1") as deployment:
         client, runtime = deployment.client, deployment.runtime
-        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
-        train_model(runtime, model_id)
-        client.ready(model_id)
+        model_id = deployment.trained_model()
         ids = [int(client.delete(model_id, owner_ids=[f"owner-{i:05d}"])["id"]) for i in range(3)]
         calls: dict[str, int] = {"lock_round": 0, "read_round": 0}
 

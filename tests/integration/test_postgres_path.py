@@ -22,7 +22,6 @@ from service.db.uow import UnitOfWork
 from service.jobs import updates
 from service.jobs.postgres_path import complete_version, lock_round
 from service.jobs.state import KnownManifests
-from service.jobs.training import train_model
 from service.runtime import Runtime
 from tests.integration.conftest import Client, deployment_of_its_own
 
@@ -215,9 +214,7 @@ def test_a_round_commits_with_its_writes_and_its_completion_s_reads_come_back_wi
     this deployment: the test runs the job itself."""
     with deployment_of_its_own(tmp_path) as deployment:
         client, runtime = deployment.client, deployment.runtime
-        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
-        train_model(runtime, model_id)
-        client.ready(model_id)
+        model_id = deployment.trained_model()
         trained = _current_version(runtime, model_id)
         request_id = int(client.delete(model_id, owner_ids=["owner-00000"])["id"])
         seen: list[tuple[psycopg.pq.TransactionStatus, int | None, str, bool]] = []
@@ -264,9 +261,7 @@ def test_a_round_whose_new_blob_was_collected_before_the_commit_lock_writes_it_a
     again, writing it anew. Here the weights it releases vanish once, just after they are put."""
     with deployment_of_its_own(tmp_path) as deployment:
         client, runtime = deployment.client, deployment.runtime
-        model_id = client.model(client.dataset(n=40, samples_per_owner=2), epochs=1)
-        train_model(runtime, model_id)
-        client.ready(model_id)
+        model_id = deployment.trained_model()
         trained = _current_version(runtime, model_id)
         request = client.delete(model_id, owner_ids=["owner-00001"])
         released: list[str] = []
