@@ -30,6 +30,8 @@ depends_on: str | Sequence[str] | None = None
 _COLUMNS = (("models", "training"), ("models", "statistics"), ("datasets", "arrays"))
 
 
+# The same steps as migration 0007's, repeated rather than imported: a migration stays as it was written,
+# whatever later ones do.
 def _retype(type_: str) -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
