@@ -7,7 +7,11 @@ transactions of a deletion:
 
 - ``intake``: the API's group commit of one submission (:meth:`DeletionIntake.commit_now`);
 - ``round``: one update round (:func:`service.jobs.updates.apply_batch`);
-- ``completion``: its completion (:func:`service.jobs.completion.finish`).
+- ``completion``: its completion (:func:`service.jobs.completion.finish`). On Postgres the round goes on
+  into it in its own unit of work (:func:`service.jobs.completion.finish_sent`, whose reads went with the
+  round's COMMIT): the phase starts there, and holds the next round's reads, sent with the completion's
+  COMMIT, which this bench then discards (it takes one owner at a time; in the service the drain's next
+  round uses them).
 
 Each phase is timed (the thread's CPU time and the wall time, and the CPU time of the Postgres server's
 processes) and its SQL statements and round trips to Postgres counted; the first
