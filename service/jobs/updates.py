@@ -180,7 +180,8 @@ def _drain(rt: Runtime, model_id: int) -> None:
     carried: RoundUnit | None = None  # the next round's unit of work, its reads sent (Round.carried)
     try:
         for _ in range(_MAX_ROUNDS):
-            round_ = _apply_with_retries(rt, model_id, carried)
+            unit, carried = carried, None  # the round ends it, whatever happens
+            round_ = _apply_with_retries(rt, model_id, unit)
             carried = round_.carried
             if round_.version is not None:
                 finish(rt, model_id, round_.version.id, round_.version)
