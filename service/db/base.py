@@ -35,6 +35,12 @@ NAMING_CONVENTION = {
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 
+def manifest_text(value: dict[str, Any] | None) -> str | None:
+    """A bucket manifest as the text its column (:class:`ManifestJSON`) stores: JSON made by
+    :mod:`service.db.jsoncodec` (None: SQL NULL). The plain statements of the hot path send it as it is."""
+    return None if value is None else jsoncodec.dumps_text(value)
+
+
 class ManifestJSON(TypeDecorator[dict[str, Any]]):
     """A bucket manifest (``models.training``, ``models.statistics``, ``datasets.arrays``): a JSON document
     stored as TEXT (migration 0008), encoded and decoded by :mod:`service.db.jsoncodec`; None is SQL NULL.
@@ -43,14 +49,14 @@ class ManifestJSON(TypeDecorator[dict[str, Any]]):
     a thousand owners). As JSONB Postgres parsed each into its binary form on the way in and printed it
     on the way out (migration 0007, bench/README.md item 25); as JSON it still checked every byte on the
     way in, 0.3 ms of the server's CPU per manifest written (item 33). The service writes these columns
-    only through this type or :func:`service.db.postgres.manifest_text`, so the text is always a JSON
+    only through this type or :func:`manifest_text`, so the text is always a JSON
     document, and a JSON ``null`` written by the earlier types reads as None too."""
 
     impl = Text
     cache_ok = True
 
     def process_bind_param(self, value: dict[str, Any] | None, dialect: Any) -> str | None:
-        return None if value is None else jsoncodec.dumps_text(value)
+        return manifest_text(value)
 
     def process_result_value(self, value: str | None, dialect: Any) -> dict[str, Any] | None:
         return None if value is None else cast(dict[str, Any] | None, jsoncodec.loads(value))

@@ -28,7 +28,7 @@ from sqlalchemy.orm.util import identity_key
 from service.audit.chain import GENESIS
 from service.audit.repository import ChainHead, chain_rows
 from service.db import jsoncodec
-from service.db.base import Base, ManifestJSON, table
+from service.db.base import Base, ManifestJSON, manifest_text, table
 
 _Row = TypeVar("_Row", bound=Base)
 
@@ -118,12 +118,6 @@ def _parameter(column: Any, value: Any) -> Any:
 def jsonb(value: Any) -> Jsonb:
     """A value for a JSONB column, encoded as the engine encodes it (:mod:`service.db.jsoncodec`)."""
     return Jsonb(value, dumps=jsoncodec.dumps_bytes)
-
-
-def manifest_text(value: Mapping[str, Any] | None) -> str | None:
-    """The parameter for a bucket manifest's column (:class:`service.db.base.ManifestJSON`) holding
-    ``value``: its JSON text, as the engine encodes it, sent as text (None: SQL NULL)."""
-    return None if value is None else jsoncodec.dumps_text(value)
 
 
 ArrayElement = int | str | datetime | None

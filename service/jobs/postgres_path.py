@@ -15,7 +15,9 @@ its commit as before), in pipeline mode (:mod:`service.db.postgres`): three roun
 (its reads; the reads whose answers the writes need: the dataset's row, the version's id, the audit
 chain's head, and the commit's lock, sent before the round's blobs are written so that Postgres answers
 them meanwhile; all the writes, during which the caller moves the hot statistics, and the COMMIT) and two
-for the completion.
+for the completion (its reads, then its writes and COMMIT). While a drain keeps going, each COMMIT is
+followed in its round trip by the next step's reads (the completion's after the round's, the next
+round's after the completion's), so a round and its completion take three round trips between them.
 
 The values written are those of the portable path (:func:`service.jobs.versions.record_version`,
 :func:`~service.jobs.versions.erase_from_source`, :func:`service.jobs.updates.record_erasure`,
@@ -36,7 +38,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from service.audit.service import completions_chain, model_chain, request_version_events
 from service.db import jsoncodec
-from service.db.base import utcnow
+from service.db.base import manifest_text, utcnow
 from service.db.postgres import (
     adopt,
     append_events,
@@ -45,7 +47,6 @@ from service.db.postgres import (
     insert_history,
     insert_row,
     lock_chain_head,
-    manifest_text,
     select_list,
 )
 from service.db.tables import DeletionRequest, Model, ModelVersion

@@ -23,6 +23,7 @@ from typing import Any, cast
 import numpy as np
 import redis
 import torch
+from redis.commands.core import Script
 
 _CHUNK = 512  # fields per HSET when loading statistics: bounds the size of one Redis command
 
@@ -102,8 +103,15 @@ class HotStore:
     def __init__(self, client: redis.Redis, prefix: str) -> None:
         self.client = client
         self.prefix = prefix
-        # EVALSHA, loading the script again after a SCRIPT FLUSH or a restart (redis-py's Script).
-        self._publish = client.register_script(_PUBLISH)
+        self._scripts: dict[str, Script] = {}
+
+    def script(self, source: str) -> Script:
+        """The Lua ``source`` as a script of this client, registered once (its SHA-1 computed once): run
+        by EVALSHA, loaded again after a SCRIPT FLUSH or a restart (redis-py's ``Script``)."""
+        found = self._scripts.get(source)
+        if found is None:
+            found = self._scripts[source] = self.client.register_script(source)
+        return found
 
     def key(self, model_id: int, name: str) -> str:
         return f"{self.prefix}:m:{model_id}:{name}"
@@ -125,7 +133,7 @@ class HotStore:
         an older version after a flush can never move the pointer back past a version that excludes an
         erased subject. True when the pointer is (now or already) at ``seq``.
         """
-        published = self._publish(
+        published = self.script(_PUBLISH)(
             keys=[self.key(model_id, "serving")],
             args=[seq, version_id, dtype_name(weights.dtype), json.dumps(spec), to_bytes(weights)],
         )

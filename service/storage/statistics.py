@@ -83,7 +83,6 @@ class RedisSampleStatistics:
         self._owners: dict[str, tuple[list[str], torch.Tensor] | None] = {}  # prefetched: members, sum
         self._k = {n: hot.key(model_id, f"stats:{n}") for n in ("vec", "owner", "osum", "omem", "meta")}
         self._keys = [self._k[n] for n in ("meta", "vec", "owner", "osum", "omem")]  # _APPLY's order
-        self._apply_script = hot.client.register_script(_APPLY)
 
     # -- errors -------------------------------------------------------------------------------
 
@@ -227,7 +226,7 @@ class RedisSampleStatistics:
             raise HotStoreLost(f"statistics of model {self._model_id} are no longer in Redis")
         partial = {o: sids for o, sids in by_owner.items() if len(set(sids)) < len(self._owners[o][0])}  # type: ignore[index]
         self._read_vectors([s for sids in partial.values() for s in sids])
-        if not self._apply_script(
+        if not self._hot.script(_APPLY)(
             keys=self._keys, args=self._apply_args(by_owner, partial, base_seq, new_seq)
         ):
             raise HotStoreLost(f"statistics of model {self._model_id} changed under the update")
