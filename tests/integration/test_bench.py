@@ -39,15 +39,17 @@ def test_bench_prints_the_figures(pg_url: str, redis_url: str) -> None:
     stages = figures["stage_p50_ms"]
     assert list(stages) == ["queued", "applying", "applied", "completed"]
     assert 0 < stages["queued"] <= stages["applying"] <= stages["applied"] <= stages["completed"]
-    # Where the CPU went (Linux /proc): the API and the worker did the work, nobody ran backwards. /proc
-    # counts each process's CPU in ticks of 10 ms: the burst's 40 deletions cost Postgres' backends a few
-    # milliseconds each, which can all round down, so only the offered load must show Postgres at work.
+    # Where the CPU went (Linux /proc): the API, the worker and Postgres did the work, nobody ran
+    # backwards. /proc counts each process's CPU in ticks of 10 ms, and the burst's 40 coalesced deletions
+    # cost each process a few milliseconds (on a fast machine the worker's whole share of them is under a
+    # tick, and rounds down to 0), so only the offered load (30 requests, some 5 ms of the worker's
+    # CPU each at 100 requests/s) must show work; both phases go through the same accounting.
     for phase in ("offered_load", "burst"):
         cpu = figures["cpu_ms_per_request"][phase]
         assert {"api", "worker", "postgres", "redis", "load_generator"} <= set(cpu)
-        assert cpu["api"] > 0 and cpu["worker"] > 0
         assert all(v >= 0 for v in cpu.values())
-    assert figures["cpu_ms_per_request"]["offered_load"]["postgres"] > 0
+    offered = figures["cpu_ms_per_request"]["offered_load"]
+    assert offered["api"] > 0 and offered["worker"] > 0 and offered["postgres"] > 0
     # Rounds: at least one version for the offered load, at most one per request; a round's CPU is the
     # per-request CPU times the requests per round.
     rounds = figures["versions_offered_load"]
