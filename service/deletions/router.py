@@ -112,7 +112,9 @@ async def submit_dataset_deletion(
     request per model (each applied by its model's updates, which also erase the rows from the
     dataset). Answers 202 when every model accepted it, 207 otherwise, with each model's outcome. The
     Idempotency-Key works per model: a retry with the same key and body replays each model's answer
-    (and reaches a model registered on the dataset since). No such model: the rows leave the dataset's
+    (and reaches a model registered on the dataset since; a model deleted since is left out). A key
+    every model refuses (used before with another body: 422; first request still in flight: 409) is
+    answered as such, not as a 207. No such model: the rows leave the dataset's
     stored arrays at once, and the answer is 200 with ``erased_rows`` (tables only; a graph dataset
     without a model answers 422)."""
     _check_callbacks(rt, body)
@@ -130,6 +132,8 @@ async def submit_dataset_deletion(
         *(intake.submit(model_id, key, body) for model_id in targets), return_exceptions=True
     )
     outcomes = [service.as_outcome(answer) for answer in answers]
+    if (refused := service.key_misuse(outcomes)) is not None:
+        return _respond(refused)
     status, report = service.fan_out_report(dataset_id, targets, outcomes)
     replayed = {"Idempotent-Replayed": "true"} if all(o.replayed for o in outcomes) else {}
     return JSONResponse(report, status_code=status, headers=replayed)

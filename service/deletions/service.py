@@ -72,6 +72,21 @@ def as_outcome(answer: Outcome | BaseException) -> Outcome:
     return answer
 
 
+KEY_MISUSE = ("idempotency_key_reused", "idempotency_key_in_flight")
+
+
+def key_misuse(outcomes: list[Outcome]) -> Outcome | None:
+    """The answer of a dataset-wide deletion that every model refused for its Idempotency-Key (used before
+    with another body, or its first request still in flight): that refusal, the draft's 422 or 409 for the
+    request as a whole, not a 207 reporting the same key error once per model. None otherwise."""
+    refused = [
+        o for o in outcomes if o.status != 202 and (o.body.get("error") or {}).get("code") in KEY_MISUSE
+    ]
+    if not outcomes or len(refused) < len(outcomes):
+        return None
+    return min(refused, key=lambda o: (o.status != 422, KEY_MISUSE.index(o.body["error"]["code"])))
+
+
 def fan_out_report(dataset_id: int, models: list[int], outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
     """A dataset-wide deletion's answer: each model's outcome; 202 when every model accepted, 207 otherwise."""
     items = [
@@ -81,7 +96,9 @@ def fan_out_report(dataset_id: int, models: list[int], outcomes: list[Outcome]) 
         for m, o in zip(models, outcomes)
     ]
     accepted = sum(1 for item in items if item.status == 202)
-    report = DatasetDeletionOut(dataset_id=dataset_id, accepted=accepted, rejected=len(items) - accepted, results=items)
+    report = DatasetDeletionOut(
+        dataset_id=dataset_id, accepted=accepted, rejected=len(items) - accepted, results=items
+    )
     return (202 if accepted == len(items) else 207), report.model_dump(mode="json")
 
 

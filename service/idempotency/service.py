@@ -24,7 +24,12 @@ from service.db.uow import UnitOfWork
 from service.errors import ApiError, BadRequest, Conflict, Unprocessable
 from service.subjects import SubjectHasher
 
-_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as the draft's sf-string allows
+# A key is printable ASCII without surrounding spaces, sent bare (``abc``, as most clients do) or as the
+# draft's Structured Field string (``"abc"``, RFC 8941 section 3.3.3: ``\"`` and ``\\`` escaped): both
+# name the same key, its unquoted text.
+_BARE_KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
+_SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
+_SF_ESCAPE = re.compile(r'\\(["\\])')
 
 
 @dataclass(frozen=True)
@@ -48,11 +53,19 @@ def check_key(key: str | None) -> str:
             "deletion, and the same value when you retry it",
             code="idempotency_key_missing",
         )
-    if not _KEY.match(key):
+    quoted = _SF_STRING.fullmatch(key)
+    value = _SF_ESCAPE.sub(r"\1", quoted.group(1)) if quoted else key
+    # A text that begins with a quote is refused, quoted or not: a bare value that does is a malformed
+    # quoted string, and refusing it in the unquoted text too makes a checked key check as itself (the
+    # dataset-wide deletion checks its key before its per-model submissions check it again).
+    if not _BARE_KEY.fullmatch(value) or value.startswith('"'):
         raise BadRequest(
-            "the Idempotency-Key must be 1 to 255 visible ASCII characters", code="idempotency_key_invalid"
+            "the Idempotency-Key must be 1 to 255 printable ASCII characters without leading or trailing "
+            "spaces and not beginning with a double quote, sent bare (a UUID, for example) or as a quoted "
+            'string ("..."), which names the same key',
+            code="idempotency_key_invalid",
         )
-    return key
+    return value
 
 
 def run(

@@ -65,6 +65,36 @@ def test_missing_key_is_400(client: Client, model_id: int) -> None:
     )
 
 
+def test_a_key_sent_as_the_drafts_quoted_string_is_the_same_key_as_its_text(
+    client: Client, model_id: int
+) -> None:
+    """The draft defines the header as a Structured Field string (``"..."``); most clients send the bare
+    text. Both name one key, so a retry in either form replays the first answer."""
+    text = f"retry {uuid.uuid4()}"  # a space is allowed inside the key
+    body = {"owner_ids": ["owner-00041"]}
+    first = _post(client, model_id, body, f'"{text}"')
+    bare = _post(client, model_id, body, text)
+    assert first.status_code == bare.status_code == 202
+    assert bare.json() == first.json() and bare.headers.get("Idempotent-Replayed") == "true"
+    assert _post(client, model_id, {"owner_ids": ["owner-00042"]}, text).status_code == 422
+    # Escapes are read: this key's text is a\b"c and the rest, another key (a body of its own, so
+    # reusing the first key's text would be a 422).
+    escaped = _post(client, model_id, {"owner_ids": ["owner-00043"]}, '"a\\\\b\\"c ' + text + '"')
+    assert escaped.status_code == 202 and escaped.json()["id"] != first.json()["id"]
+    assert _post(client, model_id, {"owner_ids": ["owner-00043"]}, 'a\\b"c ' + text).json() == escaped.json()
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", '"unterminated', '"bad \\x escape"', '"\\"nested\\""', '""', "x" * 256],
+)
+def test_a_malformed_key_is_400_and_says_what_a_key_is(client: Client, model_id: int, key: str) -> None:
+    r = _post(client, model_id, {"owner_ids": ["owner-00044"]}, key)
+    assert r.status_code == 400, key
+    assert r.json()["error"]["code"] == "idempotency_key_invalid"
+    assert "printable ASCII" in r.json()["error"]["message"]
+
+
 def test_first_request_still_in_flight_is_409(client: Client, model_id: int, runtime: Runtime) -> None:
     key = str(uuid.uuid4())
     body = {"owner_ids": ["owner-00005"]}
