@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -31,7 +32,9 @@ class Dataset:
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        features = np.ascontiguousarray(self.features, dtype=np.float32)
+        raw_features = self.features
+        with np.errstate(over="ignore"):  # a value beyond float32 becomes inf; _validate says which
+            features = np.ascontiguousarray(raw_features, dtype=np.float32)
         labels = np.ascontiguousarray(self.labels).astype(np.int64, copy=False)
         object.__setattr__(self, "features", features)
         object.__setattr__(self, "labels", labels)
@@ -39,15 +42,18 @@ class Dataset:
         object.__setattr__(self, "owner_ids", tuple(str(o) for o in self.owner_ids))
         if self.class_names is not None:
             object.__setattr__(self, "class_names", tuple(str(c) for c in self.class_names))
-        self._validate()
+        self._validate(raw_features)
         object.__setattr__(self, "_index", {sid: i for i, sid in enumerate(self.sample_ids)})
 
-    def _validate(self) -> None:
+    def _validate(self, raw_features: np.ndarray) -> None:
+        """Check the converted fields; ``raw_features`` (as given) tells float32 overflow from NaN/inf."""
         n = len(self.sample_ids)
         if n == 0:
             raise InvalidDatasetError("the dataset has no rows")
         if len(self.owner_ids) != n:
-            raise InvalidDatasetError(f"{len(self.owner_ids)} owner ids for {n} sample ids: give one owner per row")
+            raise InvalidDatasetError(
+                f"{len(self.owner_ids)} owner ids for {n} sample ids: give one owner per row"
+            )
         if self.features.shape[0] != n or self.labels.shape != (n,):
             raise InvalidDatasetError(
                 f"features have {self.features.shape[0]} rows and labels shape {self.labels.shape}, "
@@ -63,7 +69,13 @@ class Dataset:
                 raise InvalidDatasetError(f"the {what} of row {row} (0-based) is empty: every row needs one")
         finite = np.isfinite(self.features)
         if not finite.all():
-            row = int(np.argwhere(~finite)[0][0])
+            first = tuple(int(i) for i in np.argwhere(~finite)[0])
+            row, value = first[0], float(np.asarray(raw_features)[first])
+            if math.isfinite(value):
+                raise InvalidDatasetError(
+                    f"features of sample {self.sample_ids[row]!r} (row {row}) overflow float32: {value!r} is "
+                    "beyond its range (largest magnitude about 3.4e38); rescale the features"
+                )
             raise InvalidDatasetError(
                 f"features of sample {self.sample_ids[row]!r} (row {row}) contain NaN or infinite values"
             )

@@ -42,6 +42,13 @@ COVERTYPE_NUM_CLASSES = 7
 
 SKLEARN_DATASETS = ("digits", "breast_cancer", "wine", "iris")
 
+MAX_CLASSES = 100_000
+"""Most classes a table may have, the service's cap on an explicit ``num_classes``. An inferred class
+count is max label + 1, so without this bound one huge label would size a model for it."""
+
+_INT64_MIN = int(np.iinfo(np.int64).min)
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
 
 # --------------------------------------------------------------------------------------------------
 # Locations and raw bytes
@@ -239,6 +246,11 @@ def _encode_labels(
                 "empty: every row needs a label"
             )
         classes, indices = np.unique(values, return_inverse=True)
+        if len(classes) > MAX_CLASSES:
+            raise InvalidDatasetError(
+                f"{source}: label column {column!r} has {len(classes)} distinct values; at most "
+                f"{MAX_CLASSES:,} classes are supported"
+            )
         if num_classes is not None and num_classes < len(classes):
             raise InvalidDatasetError(
                 f"{source}: label column {column!r} has {len(classes)} distinct values but num_classes={num_classes}"
@@ -246,20 +258,39 @@ def _encode_labels(
         names = tuple(str(c) for c in classes)
         return indices.astype(np.int64), num_classes if num_classes is not None else len(classes), names
     ints = _integer_labels(values, source=source, column=column)
+    offset = int(label_offset) if label_offset is not None else 0
+    if ints.size:
+        # Check the range with Python ints before subtracting: int64 arithmetic near its limits wraps.
+        for row in (int(np.argmin(ints)), int(np.argmax(ints))):
+            shifted = int(ints[row]) - offset
+            if not 0 <= shifted < MAX_CLASSES:
+                raise _label_range_error(source, column, row, shifted, label_offset)
     if label_offset is not None:
-        ints = ints - int(label_offset)
-    if ints.size and ints.min() < 0:
-        row = int(np.argmin(ints))
-        raise InvalidDatasetError(
-            f"{source}: label {int(ints[row])} at data row {row} of column {column!r} "
-            f"(after subtracting label_offset={label_offset}) is negative: labels must start at 0"
-        )
+        ints = ints - offset
     return ints, num_classes if num_classes is not None else int(ints.max()) + 1, None
 
 
+def _label_range_error(
+    source: Path, column: str, row: int, value: int, label_offset: int | None = None
+) -> InvalidDatasetError:
+    """The error for an integer label that is no class index: negative, or MAX_CLASSES and above."""
+    after = f" (after subtracting label_offset={label_offset})" if label_offset is not None else ""
+    where = f"{source}: label {value} at data row {row} of column {column!r}{after}"
+    if value < 0:
+        return InvalidDatasetError(f"{where} is negative: labels must start at 0")
+    return InvalidDatasetError(
+        f"{where} is too large: labels must be class indices below {MAX_CLASSES:,} (or strings)"
+    )
+
+
 def _integer_labels(values: np.ndarray, *, source: Path, column: str) -> np.ndarray:
+    """The labels as int64; whole-number floats are integers, values int64 cannot hold are refused."""
     kind = values.dtype.kind
     if kind in "iub":
+        if kind == "u" and values.size and int(values.max()) > _INT64_MAX:
+            # The cast would wrap a uint64 above 2**63 - 1 round to a negative number.
+            row = int(np.argmax(values))
+            raise _label_range_error(source, column, row, int(values[row]))
         return values.astype(np.int64)
     if kind == "f":
         bad = ~np.isfinite(values) | (values != np.round(values))
@@ -268,10 +299,54 @@ def _integer_labels(values: np.ndarray, *, source: Path, column: str) -> np.ndar
             raise InvalidDatasetError(
                 f"{source}: label {float(values[row])} at data row {row} of column {column!r} is not a whole number"
             )
+        # float64 holds whole numbers far beyond int64 (1e30): the cast would give garbage.
+        outside = (values < -(2.0**63)) | (values >= 2.0**63)
+        if outside.any():
+            row = int(np.argmax(outside))
+            raise _label_range_error(source, column, row, int(values[row]))
         return values.astype(np.int64)
     raise InvalidDatasetError(
         f"{source}: label column {column!r} has dtype {values.dtype}; expected integers or strings"
     )
+
+
+def _check_feature_columns(
+    source: Path,
+    feature_columns: Sequence[str],
+    *,
+    id_column: str | None,
+    owner_column: str | None,
+    label_column: str,
+) -> None:
+    """Refuse a feature column named twice, or one that is also the label, id or owner column."""
+    roles = (("label", label_column), ("id", id_column), ("owner", owner_column))
+    seen: set[str] = set()
+    for name in feature_columns:
+        if name in seen:
+            raise InvalidDatasetError(
+                f"{source}: feature column {name!r} is named more than once in feature_columns: name each "
+                "column once"
+            )
+        seen.add(name)
+        for role, other in roles:
+            if name == other:
+                raise InvalidDatasetError(
+                    f"{source}: feature column {name!r} is also the {role} column ({role}_column={name!r}): "
+                    "remove it from feature_columns"
+                )
+
+
+def _check_float32_range(source: Path, features: np.ndarray, columns: Sequence[str]) -> None:
+    """Refuse finite feature values that float32 (the dtype models train in) cannot hold, naming the
+    column and data row; NaN and infinities are left to :class:`Dataset`, which reports them."""
+    with np.errstate(over="ignore"):
+        overflow = np.isfinite(features) & ~np.isfinite(features.astype(np.float32))
+    if overflow.any():
+        row, j = (int(i) for i in np.argwhere(overflow)[0])
+        raise InvalidDatasetError(
+            f"{source}: feature column {columns[j]!r} has value {float(features[row, j])!r} at data row {row}, "
+            "which overflows float32 (largest magnitude about 3.4e38): rescale the column"
+        )
 
 
 def _table_name(path: Path) -> str:
@@ -391,14 +466,22 @@ def _raise_first_non_numeric(
                 ) from None
 
 
-def _csv_labels(rows: list[list[str]], column: int) -> np.ndarray:
+def _csv_labels(path: Path, header: list[str], rows: list[list[str]], column: int) -> np.ndarray:
     """Labels as int64 when every cell is an integer, as float64 when every cell is a number (whole
-    numbers such as ``1.0`` are then integers; others are refused), otherwise as unicode strings."""
+    numbers such as ``1.0`` are then integers; others are refused), otherwise as unicode strings. An
+    integer beyond int64 is an :class:`InvalidDatasetError` naming its row."""
     cells = [r[column] for r in rows]
     try:
-        return np.array([int(c) for c in cells], dtype=np.int64)
+        ints = [int(c) for c in cells]
     except ValueError:
         pass
+    else:
+        try:
+            return np.array(ints, dtype=np.int64)
+        except OverflowError:
+            # numpy raises OverflowError (not ValueError) for an integer beyond 64 bits: name the cell.
+            row = next(i for i, v in enumerate(ints) if not _INT64_MIN <= v <= _INT64_MAX)
+            raise _label_range_error(path, header[column], row, ints[row]) from None
     try:
         return np.array([float(c) for c in cells], dtype=np.float64)
     except ValueError:
@@ -423,10 +506,15 @@ def _load_csv(
     if feature_columns is None:
         reserved = {id_column, owner_column, label_column}
         feature_columns = [h for h in header if h not in reserved]
+    else:
+        _check_feature_columns(
+            path, feature_columns, id_column=id_column, owner_column=owner_column, label_column=label_column
+        )
     features = _csv_features(path, header, rows, [position[c] for c in feature_columns])
+    _check_float32_range(path, features, feature_columns)
     ids = [r[position[id_column]] for r in rows] if id_column is not None else None
     owners = [r[position[owner_column]] for r in rows] if owner_column is not None else None
-    return ids, owners, features, _csv_labels(rows, position[label_column])
+    return ids, owners, features, _csv_labels(path, header, rows, position[label_column])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -435,7 +523,13 @@ def _load_csv(
 
 
 def _arrow_column(table: Any, name: str, source: Path) -> Any:
+    """The column, dictionary-decoded; a null value is an error naming its row."""
+    import pyarrow as pa
+
     column = table.column(name)
+    if pa.types.is_dictionary(column.type):
+        # Categorical columns store each distinct value once plus indices: check and use the values.
+        column = column.cast(column.type.value_type)
     if column.null_count:
         row = int(np.argmax(column.is_null().to_numpy(zero_copy_only=False)))
         raise InvalidDatasetError(f"{source}: column {name!r} has a missing (null) value at data row {row}")
@@ -491,9 +585,14 @@ def _load_parquet(
     if feature_columns is None:
         reserved = {id_column, owner_column, label_column}
         feature_columns = [h for h in header if h not in reserved]
+    else:
+        _check_feature_columns(
+            path, feature_columns, id_column=id_column, owner_column=owner_column, label_column=label_column
+        )
     if not feature_columns:
         raise InvalidDatasetError(f"{path}: no feature columns left after the id, owner and label columns")
     features = np.stack([_arrow_numeric(table, c, path) for c in feature_columns], axis=1)
+    _check_float32_range(path, features, feature_columns)
     ids = _arrow_strings(table, id_column, path) if id_column is not None else None
     owners = _arrow_strings(table, owner_column, path) if owner_column is not None else None
     return ids, owners, features, _arrow_labels(table, label_column, path)
@@ -534,6 +633,10 @@ def _npz_num_classes(archive: Any, source: Path) -> int | None:
     value = _npz_array(archive, "num_classes", source)
     if value.shape != () or value.dtype.kind not in "iu":
         raise InvalidDatasetError(f"{source}: 'num_classes' must be an integer scalar, got {value!r}")
+    if int(value) > MAX_CLASSES:
+        raise InvalidDatasetError(
+            f"{source}: 'num_classes' is {int(value)}; at most {MAX_CLASSES:,} classes are supported"
+        )
     return int(value)
 
 
@@ -559,8 +662,18 @@ def _load_npz(path: Path) -> tuple[list[str] | None, list[str] | None, np.ndarra
                 f"{path}: 'features' has dtype {features.dtype} and shape {features.shape}; expected a numeric "
                 "array of shape (n, ...) with at least 2 dimensions"
             )
-        labels = _npz_array(archive, "labels", path)
         n = features.shape[0]
+        if n == 0:
+            raise InvalidDatasetError(
+                f"{path}: the dataset has no rows ('features' has shape {features.shape})"
+            )
+        if 0 in features.shape[1:]:
+            # A zero-size dimension leaves each row without features; models would divide by zero.
+            raise InvalidDatasetError(
+                f"{path}: 'features' has shape {features.shape}: no feature values per row; every dimension "
+                "after the first (rows) must be at least 1"
+            )
+        labels = _npz_array(archive, "labels", path)
         if labels.shape != (n,):
             raise InvalidDatasetError(f"{path}: 'labels' has shape {labels.shape}, expected ({n},)")
         ids = _npz_ids(archive, "sample_ids", path, n)
