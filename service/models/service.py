@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from unlearning.errors import UnknownSampleError, UnlearningError
 from unlearning.methods.protocol import BudgetPolicy, MethodState, PredictsOwnData, PrivacyTarget
 from unlearning.methods.registry import get_method, method_names
 from unlearning.models import ModelSpec, build_model
+from unlearning.models.nets import check_mlp_size, hidden_widths
 
 
 def list_methods() -> list[MethodOut]:
@@ -65,6 +66,7 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
     except UnlearningError as exc:
         raise from_unlearning_error(exc) from exc
     defaults = method.default_config()
+    _check_family(body)
     unknown = sorted(set(body.hyperparameters) - set(defaults) - {"family"})
     if unknown:
         raise Unprocessable(
@@ -92,7 +94,7 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
             f"dataset {body.dataset_id} has no rows left (every subject was erased)", code="empty_dataset"
         )
     check_method_data(body.method, method, dataset.id, dataset.arrays)  # table vs graph (service.graphs)
-    spec = _check_architecture(body.family, dataset.feature_shape, dataset.num_classes)
+    spec = _check_architecture(body.family, dataset.feature_shape, dataset.num_classes, config)
     model = uow.models.add(
         Model(
             name=body.name,
@@ -136,6 +138,23 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
     return model
 
 
+def _check_family(body: ModelIn) -> None:
+    """A ``family`` among the hyperparameters must be the top-level one. The stored hyperparameters carry
+    the family (``GET /v1/models/{id}`` shows them), so sending them back as they are is accepted; any
+    other value would be overwritten by the top-level field, so it is refused rather than ignored."""
+    if "family" not in body.hyperparameters:
+        return
+    value = body.hyperparameters["family"]
+    if not isinstance(value, str) or value != body.family:
+        choices = ", ".join(get_args(ModelIn.model_fields["family"].annotation))
+        raise Unprocessable(
+            f"hyperparameters.family {value!r} is not the model's family {body.family!r}: the architecture is "
+            f"chosen by the top-level `family` field ({choices}); set it there and leave family out of "
+            "hyperparameters",
+            code="invalid_config",
+        )
+
+
 def _check_types(defaults: dict[str, Any], overrides: dict[str, Any]) -> None:
     """Each override has the JSON type of its default (an int where a float is expected is fine; null
     is left to the method). Ranges and choices are the method's to check: ``register`` calls its
@@ -153,12 +172,17 @@ def _check_types(defaults: dict[str, Any], overrides: dict[str, Any]) -> None:
             )
 
 
-def _check_architecture(family: str, feature_shape: list[int], num_classes: int) -> ModelSpec:
+def _check_architecture(
+    family: str, feature_shape: list[int], num_classes: int, config: dict[str, Any]
+) -> ModelSpec:
     """The declared architecture: convolutional families take the feature shape as is (so an image
-    family on tabular data is a 422 now), the others the flattened features."""
+    family on tabular data is a 422 now), the others the flattened features. An MLP's size is checked
+    against the data's width before anything is built (its widths were checked by ``check_config``)."""
     shape = tuple(feature_shape) if family == "cnn" else (math.prod(feature_shape),)
     spec = ModelSpec(family=family, input_shape=shape, num_classes=num_classes)
     try:
+        if family == "mlp":
+            check_mlp_size(shape[0], hidden_widths(config.get("hidden", [64])), num_classes)
         build_model(spec)
     except UnlearningError as exc:
         raise from_unlearning_error(exc) from exc

@@ -84,9 +84,36 @@ def sgd_config(config: Mapping[str, Any]) -> SGDConfig:
     return SGDConfig(**values)
 
 
+# Upper bounds on the recorded-SGD settings, checked at registration so that a magnitude torch cannot
+# represent (lr 1e300 overflows float32) or a run that would never finish is a 422, not a failed training.
+# Generous: the paper settings, benches and tests use lr <= 0.05, l2 <= 0.5, clip_norm <= 10, at most 60
+# epochs and batches of at most 256.
+MAX_LR = 10.0  # SGD diverges long before: a step of 10 times the gradient is already no learning rate
+MAX_L2 = 1e4  # lr * l2 > 2 diverges for any lr this allows, so a larger penalty only zeroes the weights
+MAX_CLIP_NORM = 1e6  # far above any gradient norm; clip_mode "none" is the way to switch clipping off
+MAX_EPOCHS = 1_000  # every batch of every epoch is scheduled up front and replayed on a retrain
+MAX_BATCH_SIZE = 2**20  # a batch at least the size of the data is already full-batch gradient descent
+MAX_RHO_ITERATIONS = 100  # power iterations per step for rho (default 3)
+
+
+def _at_most(name: str, value: float, limit: float, hint: str = "") -> None:
+    if value > limit:
+        shown = f"{limit:,}" if isinstance(limit, int) else f"{limit:g}"
+        raise InvalidConfigError(f"{name} must be at most {shown}, got {value!r}{hint}")
+
+
 def check_sgd_config(merged: Mapping[str, Any]) -> None:
-    """The recorded-SGD settings and, for an MLP, its widths (shared by the SGD-trained methods)."""
-    sgd_config(merged)
+    """The recorded-SGD settings, with their upper bounds, and, for an MLP, its widths (shared by the
+    SGD-trained methods)."""
+    cfg = sgd_config(merged)
+    _at_most("lr", cfg.lr, MAX_LR)
+    _at_most("l2", cfg.l2, MAX_L2)
+    _at_most("epochs", cfg.epochs, MAX_EPOCHS)
+    _at_most("batch_size", cfg.batch_size, MAX_BATCH_SIZE)
+    if cfg.clip_norm is not None:
+        if not math.isfinite(cfg.clip_norm):
+            raise InvalidConfigError(f"clip_norm must be a finite number or null, got {cfg.clip_norm!r}")
+        _at_most("clip_norm", cfg.clip_norm, MAX_CLIP_NORM, '; set clip_mode "none" to switch clipping off')
     family = merged.get("family", "logistic_regression")
     if not isinstance(family, str) or family not in family_names():
         raise InvalidConfigError(f"unknown model family {family!r}; choose one of {list(family_names())}")
@@ -194,7 +221,8 @@ class HessianFree:
     def check_config(self, config: Mapping[str, Any]) -> None:
         merged = {**self.default_config(), **dict(config)}
         check_sgd_config(merged)
-        integer_at_least("rho_iterations", merged["rho_iterations"], 1)
+        rho_iterations = integer_at_least("rho_iterations", merged["rho_iterations"], 1)
+        _at_most("rho_iterations", rho_iterations, MAX_RHO_ITERATIONS)
         fraction = merged["audit_probe_fraction"]
         if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
             raise InvalidConfigError(f"audit_probe_fraction must lie in [0, 1], got {fraction!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -18,13 +19,44 @@ class Flatten(nn.Module):
         return x.reshape(x.shape[0], -1)
 
 
+# Upper bounds on an MLP's shape, so that a width like 10**12 is refused when the model is registered
+# rather than by the allocator when it trains. Generous: the paper settings, benches and tests use at most
+# two layers of 64; 65,536 wide is already a 4-billion-weight layer next to another as wide.
+MAX_HIDDEN_WIDTH = 65_536
+MAX_HIDDEN_LAYERS = 16
+# The whole MLP, input and output layers included (known once the data's width is): 2**26 weights are
+# 256 MiB per float32 copy, and the SGD methods keep several copies and per-sample vectors of that size.
+MAX_MLP_PARAMETERS = 2**26
+
+
 def hidden_widths(value: object) -> list[int]:
-    """The MLP's hidden widths: a list of integers >= 1 (an empty list is a linear model)."""
+    """The MLP's hidden widths: at most ``MAX_HIDDEN_LAYERS`` integers in [1, ``MAX_HIDDEN_WIDTH``] (an
+    empty list is a linear model)."""
     if not isinstance(value, list | tuple) or any(
-        isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in value
+        isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= MAX_HIDDEN_WIDTH for h in value
     ):
-        raise InvalidConfigError(f"hidden must be a list of layer widths, integers >= 1, got {value!r}")
+        raise InvalidConfigError(
+            f"hidden must be a list of layer widths, integers from 1 to {MAX_HIDDEN_WIDTH}, got {value!r}"
+        )
+    if len(value) > MAX_HIDDEN_LAYERS:
+        raise InvalidConfigError(f"hidden may list at most {MAX_HIDDEN_LAYERS} layers, got {len(value)}")
     return [int(h) for h in value]
+
+
+def mlp_parameter_count(input_dim: int, hidden: list[int], num_classes: int) -> int:
+    """Weights and biases of the MLP ``_build_mlp`` makes, counted without allocating it."""
+    widths = [input_dim, *hidden, num_classes]
+    return sum((a + 1) * b for a, b in itertools.pairwise(widths))
+
+
+def check_mlp_size(input_dim: int, hidden: list[int], num_classes: int) -> None:
+    """Refuse an MLP of more than ``MAX_MLP_PARAMETERS`` weights on data ``input_dim`` wide."""
+    count = mlp_parameter_count(input_dim, hidden, num_classes)
+    if count > MAX_MLP_PARAMETERS:
+        raise InvalidConfigError(
+            f"hidden {hidden} on {input_dim} input features makes an MLP of {count:,} parameters, above the "
+            f"limit of {MAX_MLP_PARAMETERS:,}: use fewer or narrower layers"
+        )
 
 
 @register_family("mlp")
