@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from service.audit.schemas import AuditEventOut, AuditPage, ChainOut, VerifyOut
-from service.audit.service import chains_of_model, verify_all
+from service.audit.service import verify as verify_chains
 from service.deps import RuntimeDep
 from service.errors import Unprocessable
 from service.schemas import MAX_DB_INT, SubjectId, error_responses
@@ -99,7 +99,12 @@ def query_events(
     )
 
 
-@router.get("/verify", response_model=VerifyOut, summary="Recompute the hash chains")
+@router.get(
+    "/verify",
+    response_model=VerifyOut,
+    summary="Recompute the hash chains",
+    responses=error_responses(404),
+)
 def verify(
     rt: RuntimeDep,
     model_id: Annotated[
@@ -113,14 +118,14 @@ def verify(
         ),
     ] = None,
 ) -> VerifyOut:
-    """Every chain by default; ``model_id`` selects the model's three chains, ``chain`` one chain."""
-    chains = [chain] if chain is not None else None
-    if model_id is not None:
-        chains = [*(chains or []), *chains_of_model(model_id)]
+    """Every chain by default; ``model_id`` selects the model's three chains, ``chain`` one chain. A chain
+    that must exist but has no head (a registered model's ``model:<id>``, a chain whose events remain) is
+    reported as missing (``ok: false``). 404 for a model neither the database nor the log knows (a deleted
+    model keeps its chains) and for a chain name that has no events."""
     with rt.snapshot() as uow:
         # The heads and the events from one snapshot: an event committed between the two reads would
         # otherwise look like an event beyond the head, reported as tampering.
-        reports = verify_all(uow.audit, chains)
+        reports = verify_chains(uow.audit, chain=chain, model_id=model_id)
     return VerifyOut(
         ok=all(r.ok for r in reports),
         chains=[ChainOut(**r.__dict__) for r in reports],

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from sqlalchemy import func, select
+
 from service.audit.chain import GENESIS, event_hash
 from service.audit.repository import AuditRepository
+from service.db.tables import AuditEvent, Model
+from service.errors import NotFound
+from service.schemas import MAX_DB_INT
 
 SYSTEM_CHAIN = "system"
 
@@ -153,7 +159,9 @@ def verify_events(
             f"the chain ends at event {count} but its head says {head_seq}: events were removed", count + 1
         )
     if anchors and max(anchors) > count:
-        return bad(f"an anchor names event {max(anchors)}, the chain has {count}: events were removed", count + 1)
+        return bad(
+            f"an anchor names event {max(anchors)}, the chain has {count}: events were removed", count + 1
+        )
     return ChainReport(chain, count, head_seq, head_hash, True)
 
 
@@ -164,3 +172,82 @@ def verify_chain(repo: AuditRepository, chain: str, head_seq: int, head_hash: st
 
 def verify_all(repo: AuditRepository, chains: list[str] | None = None) -> list[ChainReport]:
     return [verify_chain(repo, h.chain, h.seq, h.hash) for h in repo.heads(chains)]
+
+
+CHAIN_MISSING = "chain missing"
+_CHAIN_NAME = re.compile(r"[^\x00-\x1f\x7f]+")
+_MODEL_CHAIN = re.compile(r"model:([1-9][0-9]{0,9})")
+
+
+def verify(
+    repo: AuditRepository, *, chain: str | None = None, model_id: int | None = None
+) -> list[ChainReport]:
+    """The reports of ``GET /v1/audit/verify``: every chain by default, else ``chain`` and the chains of
+    ``model_id``. A chain that must exist but has no head (a registered model's ``model:<id>``, or a chain
+    with events left) is reported as missing, not left out: removing a chain whole must not verify.
+    404 for a model the database and the log do not know, or a chain name with no head and no reason to
+    exist (a typo): a verification that checked nothing is not a success."""
+    if chain is not None and not _CHAIN_NAME.fullmatch(chain):  # Postgres refuses NUL in a query
+        raise NotFound(f"chain {chain!r} does not exist: chain names are printable")
+    wanted = None
+    if chain is not None or model_id is not None:
+        wanted = ([chain] if chain is not None else []) + (chains_of_model(model_id) if model_id else [])
+    heads = repo.heads(wanted)
+    present = {h.chain for h in heads}
+    missing = {name: why for name, why in _expected(repo, wanted).items() if name not in present}
+    if model_id is not None and not (present | set(missing)) & set(chains_of_model(model_id)):
+        raise NotFound(f"model {model_id} does not exist and the audit log names no such model")
+    if chain is not None and chain not in present and chain not in missing:
+        raise NotFound(
+            f"chain {chain!r} does not exist (it has no events): chains are 'system', 'model:<id>', "
+            "'model:<id>:requests' and 'model:<id>:completions' (the last two once the model has had a "
+            "deletion request); GET /v1/audit/verify lists every chain"
+        )
+    reports = [verify_chain(repo, h.chain, h.seq, h.hash) for h in heads]
+    reports += [_missing_report(name, events, why) for name, (events, why) in missing.items()]
+    return sorted(reports, key=lambda r: r.chain)
+
+
+def _missing_report(chain: str, events: int, why: str) -> ChainReport:
+    left = f"{events} of its events are left" if events else "none of its events are left"
+    return ChainReport(
+        chain,
+        events,
+        head_seq=0,
+        head_hash="",
+        ok=False,
+        problem=f"{CHAIN_MISSING}: {why}, but the chain has no head ({left}): it was removed",
+        first_bad_seq=1,
+    )
+
+
+def _expected(repo: AuditRepository, chains: list[str] | None) -> dict[str, tuple[int, str]]:
+    """Chains (among ``chains``; None: all) that must have a head: chain -> (events it still has, why).
+    A registered model (a row of ``models``, deleted or not: its row and log stay) or a model the log's
+    events name has a ``model:<id>`` chain from its registration on; a chain with events has a head."""
+    session = repo.session
+    counts = select(AuditEvent.chain, func.count()).group_by(AuditEvent.chain)
+    if chains is not None:
+        counts = counts.where(AuditEvent.chain.in_(chains))
+    events = {str(name): int(n) for name, n in session.execute(counts)}
+    expected = {name: (n, "the log holds events of this chain") for name, n in events.items()}
+
+    model_ids: list[int] | None = None
+    if chains is not None:
+        model_ids = [int(m.group(1)) for c in chains if (m := _MODEL_CHAIN.fullmatch(c))]
+        model_ids = [m for m in model_ids if m <= MAX_DB_INT]  # larger ids are never stored
+        if not model_ids:
+            return expected
+    registered = select(Model.id)
+    named = select(AuditEvent.model_id).where(AuditEvent.model_id.is_not(None)).distinct()
+    if model_ids is not None:
+        registered = registered.where(Model.id.in_(model_ids))
+        named = named.where(AuditEvent.model_id.in_(model_ids))
+    registered_ids = set(session.scalars(registered))
+    named_ids = {m for m in session.scalars(named) if m is not None}
+    for known in sorted(registered_ids | named_ids):
+        name = model_chain(known)
+        if name not in expected:
+            why = "is registered" if known in registered_ids else "is named by audit events"
+            expected[name] = (0, f"model {known} {why}")
+    return expected

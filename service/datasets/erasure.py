@@ -15,16 +15,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
+
 from service.audit.service import SYSTEM_CHAIN
-from service.db.tables import SUBJECTS_ERASED_EVENT, Dataset
+from service.db.tables import SUBJECTS_ERASED_EVENT, Dataset, Model
 from service.db.uow import UnitOfWork
 from service.deletions.schemas import DatasetDeletionOut, DeletionIn
 from service.deletions.service import FAN_OUT_STATUSES
-from service.errors import Conflict, Unprocessable, from_unlearning_error
+from service.errors import ApiError, Conflict, Unprocessable
 from service.idempotency import service as idempotency
 from service.jobs.completion import collect_garbage
 from service.jobs.versions import drop_dataset_rows, replace_dataset_arrays
-from unlearning.errors import UnlearningError
+from service.subjects import SubjectHasher
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -38,7 +40,7 @@ def erase_subjects(rt: Runtime, dataset_id: int, key: str | None, body: Deletion
         row = _locked_table(uow, dataset_id, body)
         arrays = row.arrays
         assert arrays is not None  # _locked_table refuses a dataset without rows
-        forgotten = _forgotten(rt, arrays, body)
+        forgotten = _forgotten(rt, uow, dataset_id, arrays, body)
         released.update(
             replace_dataset_arrays(uow, rt.cache, row, drop_dataset_rows(rt.cache, arrays, forgotten))
         )
@@ -97,14 +99,82 @@ def _locked_table(uow: UnitOfWork, dataset_id: int, body: DeletionIn) -> Dataset
     return row
 
 
-def _forgotten(rt: Runtime, arrays: dict[str, Any], body: DeletionIn) -> dict[str, str]:
-    """sample id -> owner id of the rows the request names (unknown ids: 422)."""
+_SHOWN = 5  # ids named in one error message
+_PAGE = 1000
+
+
+def _forgotten(
+    rt: Runtime, uow: UnitOfWork, dataset_id: int, arrays: dict[str, Any], body: DeletionIn
+) -> dict[str, str]:
+    """sample id -> owner id of the rows the request names. An id not in the dataset: 409 when every such
+    id was erased from it before, 422 otherwise (as a model's deletions answer)."""
     data = rt.cache.dataset(arrays)
-    try:
-        samples = set(data.samples_of_owners(body.owner_ids)) if body.owner_ids else set()
-        data.indices_of(body.sample_ids)
-    except UnlearningError as exc:
-        raise from_unlearning_error(exc) from exc
-    samples |= set(body.sample_ids)
-    owner_of = dict(zip(data.sample_ids, data.owner_ids))
-    return {sid: owner_of[sid] for sid in sorted(samples)}
+    owners, samples = list(dict.fromkeys(body.owner_ids)), list(dict.fromkeys(body.sample_ids))
+    present = set(data.owner_ids)
+    lost_owners = [o for o in owners if o not in present]
+    lost_samples = [s for s in samples if not data.contains(s)]
+    if lost_owners or lost_samples:
+        raise _missing_error(uow, rt.hasher, dataset_id, lost_owners, lost_samples)
+    wanted = set(owners)
+    named = {sid for sid, owner in zip(data.sample_ids, data.owner_ids, strict=True) if owner in wanted}
+    named |= set(samples)
+    owner_of = dict(zip(data.sample_ids, data.owner_ids, strict=True))
+    return {sid: owner_of[sid] for sid in sorted(named)}
+
+
+def _missing_error(
+    uow: UnitOfWork, hasher: SubjectHasher, dataset_id: int, owners: list[str], samples: list[str]
+) -> ApiError:
+    """422 naming the ids the dataset never had; 409 when every missing id was erased from it before."""
+    hashed = {hasher.owner(o): ("owner", o) for o in owners} | {
+        hasher.sample(s): ("sample id", s) for s in samples
+    }
+    erased = _erased_among(uow, dataset_id, hashed)
+    unknown = [hashed[h] for h in hashed if h not in erased]
+    if unknown:
+        names = ", ".join(f"{kind} {value!r}" for kind, value in unknown[:_SHOWN])
+        more = f" and {len(unknown) - _SHOWN} more" if len(unknown) > _SHOWN else ""
+        return Unprocessable(
+            f"{names}{more} not in dataset {dataset_id}: check the ids (sample ids and owner ids are the "
+            "values of the dataset's id and owner columns)",
+            code="unknown_subject",
+        )
+    first = next(iter(hashed))
+    kind, value = hashed[first]
+    more = f" ({len(hashed) - 1} more named ids too)" if len(hashed) > 1 else ""
+    return Conflict(
+        f"{kind} {value!r} was already forgotten {erased[first]}{more}: remove the forgotten ids and submit "
+        "again",
+        code="already_forgotten",
+    )
+
+
+def _erased_among(uow: UnitOfWork, dataset_id: int, hashed: dict[str, tuple[str, str]]) -> dict[str, str]:
+    """subject hash -> how it left the dataset, for the hashes among ``hashed`` erased from it before: by
+    the dataset itself (its ``dataset.subjects_erased`` audit events name subjects by keyed hash) or by a
+    model registered on it (whose updates erase the rows from the dataset too; its tombstones stay when
+    the model is deleted)."""
+    found: dict[str, str] = {}
+    after: int | None = None
+    while True:
+        events = uow.audit.query(
+            subject_hashes=list(hashed), event_type=SUBJECTS_ERASED_EVENT, after_id=after, limit=_PAGE
+        )
+        for event in events:
+            payload = event.payload
+            if event.chain != SYSTEM_CHAIN or payload.get("dataset_id") != dataset_id:
+                continue
+            listed = {"owner": set(payload.get("owners", [])), "sample id": set(payload.get("samples", []))}
+            for h, (kind, _) in hashed.items():
+                if h in listed[kind]:
+                    found.setdefault(h, f"from dataset {dataset_id} (audit event {event.id})")
+        if len(events) < _PAGE:
+            break
+        after = events[-1].id
+    for model_id in uow.session.scalars(select(Model.id).where(Model.dataset_id == dataset_id)):
+        rest = [h for h in hashed if h not in found]
+        if not rest:
+            break
+        for h, request in uow.models.erased_among(model_id, rest).items():
+            found[h] = f"by request {request} to model {model_id}" if request else f"by model {model_id}"
+    return found

@@ -247,7 +247,10 @@ async def upload_dataset(
         filename, content_type = await _receive_file(request, path, rt.settings.max_upload_bytes)
         graph_fmt = graphs.detect(format, filename)  # graph uploads (service.graphs)
         fmt = graph_fmt or service.detect_format(format, filename, content_type)
-        shown = Path(filename).name if filename else f"upload.{fmt}"
+        # The file name is the default dataset name: its control characters are dropped (an explicit
+        # ?name= with one is refused by its pattern instead; a client's file name is not a choice to refuse).
+        shown = service.printable(Path(filename).name) if filename else ""
+        shown = shown or f"upload.{fmt}"
         if graph_fmt or (fmt == "npz" and graphs.is_graph_npz(path)):
             graph = await run_in_threadpool(
                 graphs.parse, path, fmt, shown, name, rt.settings.max_decompressed_bytes

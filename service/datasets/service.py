@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 import zipfile
 import zlib
@@ -14,9 +15,11 @@ import numpy as np
 
 from service.audit.service import SYSTEM_CHAIN
 from service.datasets.schemas import BundledDatasetIn
+from service.db.tables import ID_LENGTH
 from service.db.tables import Dataset as DatasetRow
 from service.db.uow import UnitOfWork
 from service.errors import NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType
+from service.graphs.storage import ERASED_PREFIX
 from service.jobs.state import write_training
 from service.jobs.versions import dataset_holder
 from service.storage.artifacts import ArtifactStore
@@ -34,6 +37,10 @@ _CONTENT_TYPES = {
     "application/x-parquet": "parquet",
 }
 _SUFFIXES = {".csv": "csv", ".gz": "csv", ".npz": "npz", ".parquet": "parquet", ".pq": "parquet"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# An id a deletion request can name (service.schemas.SubjectId, the String(ID_LENGTH) columns), not reserved.
+_USABLE_ID = re.compile(rf"[^\x00-\x1f\x7f]{{1,{ID_LENGTH}}}")
+_SHOWN_ID = 80
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,58 @@ def detect_format(explicit: str | None, filename: str | None, content_type: str 
         "upload a .csv, .csv.gz, .npz or .parquet file, or pass format=csv|npz|parquet (graphs: a .json node "
         "graph, or format=tu for a TU text graph collection)"
     )
+
+
+def printable(name: str) -> str:
+    """``name`` without control characters: a dataset name derived from an upload's file name follows the
+    rule an explicit ``?name=`` must (service.schemas.Name)."""
+    return _CONTROL.sub("", name)
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a sample, owner, node or graph id (None: it can). Every uploaded id must be
+    one a deletion request can name (``service.schemas.SubjectId``: 1 to ID_LENGTH characters, no control
+    characters) and not the prefix of erased graph tombstones; otherwise the subject could never be
+    forgotten. The same rule as graph uploads (``service.graphs.upload.check_ids``)."""
+    if _USABLE_ID.fullmatch(value) and not value.startswith(ERASED_PREFIX):
+        return None
+    if not value:
+        return "ids may not be empty"
+    if len(value) > ID_LENGTH:
+        return f"ids are at most {ID_LENGTH} characters, this one has {len(value)}"
+    control = _CONTROL.search(value)
+    if control is not None:
+        return (
+            f"ids may not contain control characters (tab, newline, ...), this one has "
+            f"{control.group()!r} at position {control.start()}"
+        )
+    return f"ids may not start with {ERASED_PREFIX!r}, reserved for erased items"
+
+
+def shown_id(value: str) -> str:
+    """``value`` quoted for a message, cut to its first characters when long."""
+    return repr(value) if len(value) <= _SHOWN_ID else f"{value[:_SHOWN_ID]!r}... ({len(value)} characters)"
+
+
+def check_table_ids(dataset: Dataset, fmt: str, filename: str, options: UploadOptions) -> None:
+    """422 naming the column, the row and the id when an uploaded sample or owner id is not usable
+    (:func:`id_problem`)."""
+    if fmt == "npz":
+        columns = {"sample id": "array 'sample_ids'", "owner id": "array 'owner_ids'"}
+    else:
+        columns = {
+            "sample id": f"column {options.id_column!r}",
+            "owner id": f"column {options.owner_column!r}",
+        }
+    for what, ids in (("sample id", dataset.sample_ids), ("owner id", dataset.owner_ids)):
+        for row, value in enumerate(ids):
+            problem = id_problem(value)
+            if problem is not None:
+                raise Unprocessable(
+                    f"{filename}: {columns[what]}, row {row} (0-based): {what} {shown_id(value)} is not usable: "
+                    f"{problem}. Deletion requests name subjects by these ids: fix them in the file",
+                    code="invalid_dataset",
+                )
 
 
 def _gunzip_capped(src: Path, limit: int) -> Path:
@@ -122,13 +181,14 @@ def parse_upload(
             feature_columns=options.feature_columns if fmt != "npz" else None,
             num_classes=options.num_classes,
             label_offset=options.label_offset,
-            name=options.name or Path(filename).stem or "upload",
+            name=options.name or printable(Path(filename).stem) or "upload",
         )
     except UnlearningError as exc:
         # The loader names the temporary file; the user knows the file by the name they uploaded.
         raise Unprocessable(str(exc).replace(str(target), filename), code="invalid_dataset") from exc
     except (ValueError, TypeError, OSError) as exc:  # e.g. numpy refusing a malformed array header
         raise Unprocessable(f"{filename}: could not read the file: {exc}", code="invalid_dataset") from exc
+    check_table_ids(dataset, fmt, filename, options)
     return reshape(dataset, options.feature_shape)
 
 
@@ -229,7 +289,7 @@ def add_dataset_row(
     event (with ``described`` added to its payload); the caller commits."""
     row = uow.datasets.add(
         DatasetRow(
-            name=name[:200],
+            name=printable(name)[:200] or "dataset",
             source=source,
             format=fmt,
             num_rows=num_rows,
