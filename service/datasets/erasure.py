@@ -21,12 +21,11 @@ from service.audit.service import SYSTEM_CHAIN
 from service.db.tables import SUBJECTS_ERASED_EVENT, Dataset, Model
 from service.db.uow import UnitOfWork
 from service.deletions.schemas import DatasetDeletionOut, DeletionIn
-from service.deletions.service import FAN_OUT_STATUSES
-from service.errors import ApiError, Conflict, Unprocessable
+from service.deletions.service import FAN_OUT_STATUSES, missing_subjects_error
+from service.errors import Conflict, Unprocessable
 from service.idempotency import service as idempotency
 from service.jobs.completion import collect_garbage
 from service.jobs.versions import drop_dataset_rows, replace_dataset_arrays
-from service.subjects import SubjectHasher
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -99,7 +98,6 @@ def _locked_table(uow: UnitOfWork, dataset_id: int, body: DeletionIn) -> Dataset
     return row
 
 
-_SHOWN = 5  # ids named in one error message
 _PAGE = 1000
 
 
@@ -114,7 +112,11 @@ def _forgotten(
     lost_owners = [o for o in owners if o not in present]
     lost_samples = [s for s in samples if not data.contains(s)]
     if lost_owners or lost_samples:
-        raise _missing_error(uow, rt.hasher, dataset_id, lost_owners, lost_samples)
+        hashed = {rt.hasher.owner(o): ("owner", o) for o in lost_owners} | {
+            rt.hasher.sample(s): ("sample id", s) for s in lost_samples
+        }
+        erased = _erased_among(uow, dataset_id, hashed)
+        raise missing_subjects_error(rt.hasher, lost_owners, lost_samples, erased, f"dataset {dataset_id}")
     wanted = set(owners)
     named = {sid for sid, owner in zip(data.sample_ids, data.owner_ids, strict=True) if owner in wanted}
     named |= set(samples)
@@ -122,35 +124,8 @@ def _forgotten(
     return {sid: owner_of[sid] for sid in sorted(named)}
 
 
-def _missing_error(
-    uow: UnitOfWork, hasher: SubjectHasher, dataset_id: int, owners: list[str], samples: list[str]
-) -> ApiError:
-    """422 naming the ids the dataset never had; 409 when every missing id was erased from it before."""
-    hashed = {hasher.owner(o): ("owner", o) for o in owners} | {
-        hasher.sample(s): ("sample id", s) for s in samples
-    }
-    erased = _erased_among(uow, dataset_id, hashed)
-    unknown = [hashed[h] for h in hashed if h not in erased]
-    if unknown:
-        names = ", ".join(f"{kind} {value!r}" for kind, value in unknown[:_SHOWN])
-        more = f" and {len(unknown) - _SHOWN} more" if len(unknown) > _SHOWN else ""
-        return Unprocessable(
-            f"{names}{more} not in dataset {dataset_id}: check the ids (sample ids and owner ids are the "
-            "values of the dataset's id and owner columns)",
-            code="unknown_subject",
-        )
-    first = next(iter(hashed))
-    kind, value = hashed[first]
-    more = f" ({len(hashed) - 1} more named ids too)" if len(hashed) > 1 else ""
-    return Conflict(
-        f"{kind} {value!r} was already forgotten {erased[first]}{more}: remove the forgotten ids and submit "
-        "again",
-        code="already_forgotten",
-    )
-
-
 def _erased_among(uow: UnitOfWork, dataset_id: int, hashed: dict[str, tuple[str, str]]) -> dict[str, str]:
-    """subject hash -> how it left the dataset, for the hashes among ``hashed`` erased from it before: by
+    """subject hash -> how it left the dataset (a phrase for a message), for the hashes among ``hashed`` erased from it before: by
     the dataset itself (its ``dataset.subjects_erased`` audit events name subjects by keyed hash) or by a
     model registered on it (whose updates erase the rows from the dataset too; its tombstones stay when
     the model is deleted)."""
@@ -167,7 +142,7 @@ def _erased_among(uow: UnitOfWork, dataset_id: int, hashed: dict[str, tuple[str,
             listed = {"owner": set(payload.get("owners", [])), "sample id": set(payload.get("samples", []))}
             for h, (kind, _) in hashed.items():
                 if h in listed[kind]:
-                    found.setdefault(h, f"from dataset {dataset_id} (audit event {event.id})")
+                    found.setdefault(h, f" from dataset {dataset_id} (audit event {event.id})")
         if len(events) < _PAGE:
             break
         after = events[-1].id
@@ -176,5 +151,5 @@ def _erased_among(uow: UnitOfWork, dataset_id: int, hashed: dict[str, tuple[str,
         if not rest:
             break
         for h, request in uow.models.erased_among(model_id, rest).items():
-            found[h] = f"by request {request} to model {model_id}" if request else f"by model {model_id}"
+            found[h] = f" by request {request} to model {model_id}" if request else f" by model {model_id}"
     return found

@@ -243,11 +243,15 @@ def plan_submissions(
         hasher.sample(s) for _, ms in missing for s in ms
     ]
     erased = erased_among(lost) if lost else {}
+    by_request = {h: f" by request {r}" if r else "" for h, r in erased.items()}
     now = utcnow()
     plan = SubmissionPlan(model.id, now, _expected_by(model, now, sla_seconds), [], [])
     for body, (owners, samples), (lost_owners, lost_samples) in zip(bodies, items, missing):
         if lost_owners or lost_samples:
-            plan.outcomes.append(_missing_error(hasher, model.id, lost_owners, lost_samples, erased))
+            holder = f"model {model.id}'s training set"
+            plan.outcomes.append(
+                missing_subjects_error(hasher, lost_owners, lost_samples, by_request, holder)
+            )
             continue
         covered = {s for o in owners for s in owner_samples[o]} | set(samples)
         row = {
@@ -268,10 +272,12 @@ def plan_submissions(
     return plan
 
 
-def _missing_error(
-    hasher: SubjectHasher, model_id: int, owners: list[str], samples: list[str], erased: dict[str, int | None]
+def missing_subjects_error(
+    hasher: SubjectHasher, owners: list[str], samples: list[str], erased: Mapping[str, str], holder: str
 ) -> ApiError:
-    """422 naming the ids the model never had; 409 when every missing id was forgotten earlier."""
+    """The answer to ids ``holder`` (a model's training set, a dataset) does not hold: 422 naming those it
+    never held; 409 when every one was forgotten earlier. ``erased``: subject hash -> how it was
+    forgotten, a phrase for the message (" by request 7"; empty when unknown)."""
     hashed = {hasher.owner(o): ("owner", o) for o in owners} | {
         hasher.sample(s): ("sample id", s) for s in samples
     }
@@ -280,16 +286,15 @@ def _missing_error(
         names = ", ".join(f"{kind} {value!r}" for kind, value in unknown[:_SHOWN])
         more = f" and {len(unknown) - _SHOWN} more" if len(unknown) > _SHOWN else ""
         return Unprocessable(
-            f"{names}{more} not in model {model_id}'s training set: check the ids (sample ids and owner ids "
-            "are the values of the dataset's id and owner columns)",
+            f"{names}{more} not in {holder}: check the ids (sample ids and owner ids are the values of the "
+            "dataset's id and owner columns)",
             code="unknown_subject",
         )
-    forgotten = [h for h in hashed if h in erased]
-    kind, value = hashed[forgotten[0]]
-    by = f" by request {erased[forgotten[0]]}" if erased[forgotten[0]] else ""
-    more = f" ({len(forgotten) - 1} more named ids too)" if len(forgotten) > 1 else ""
+    first = next(iter(hashed))
+    kind, value = hashed[first]
+    more = f" ({len(hashed) - 1} more named ids too)" if len(hashed) > 1 else ""
     return Conflict(
-        f"{kind} {value!r} was already forgotten{by}{more}: remove the forgotten ids and submit again",
+        f"{kind} {value!r} was already forgotten{erased[first]}{more}: remove the forgotten ids and submit again",
         code="already_forgotten",
     )
 
