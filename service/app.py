@@ -11,8 +11,8 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import metrics
@@ -46,6 +46,20 @@ _HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods some route of the app takes on the request's path (a 405's ``Allow``). Asked of each
+    route through Starlette's ``matches`` with the method swapped, so routers included in any way count
+    (Starlette names only the first route that matched the path; FastAPI may wrap included routers)."""
+    return [
+        method
+        for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in request.app.routes)
+    ]
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
@@ -173,15 +187,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404 and message == "Not Found":
             message = "no such endpoint: see /docs for the API"
         if exc.status_code == 405:
-            # Starlette names only the first route that matched the path; list every method the path takes.
-            allowed = sorted(
-                {
-                    method
-                    for route in request.app.routes
-                    if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
-                    for method in route.methods or ()  # Starlette types it optional; an APIRoute's is set
-                }
-            )
+            allowed = _allowed_methods(request)
             headers["Allow"] = ", ".join(allowed)
             message = f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}"
         return JSONResponse(

@@ -11,10 +11,9 @@ from service.db.tables import ID_LENGTH
 MAX_DB_INT = 2**31 - 1  # ids are 32-bit integers in the database: larger path values are simply unknown
 
 # Printable text without control characters (Postgres refuses NUL in text; ids are user-visible keys).
-SubjectId = Annotated[
-    str, StringConstraints(min_length=1, max_length=ID_LENGTH, pattern=r"^[^\x00-\x1f\x7f]+$")
-]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
+SubjectId = Annotated[str, StringConstraints(min_length=1, max_length=ID_LENGTH, pattern=PRINTABLE)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=PRINTABLE)]
 
 
 class Strict(BaseModel):

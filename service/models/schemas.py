@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, StringConstraints, field_validator, model_validator
 
-from service.schemas import MAX_DB_INT, Name, Strict, SubjectId
+from service.schemas import MAX_DB_INT, PRINTABLE, Name, Strict, SubjectId
 
 
 class PrivacyIn(Strict):
@@ -57,11 +57,10 @@ class ModelIn(Strict):
 
 
 class RetrainIn(Strict):
-    reason: str | None = Field(
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=500, pattern=PRINTABLE)] | None = Field(
         None,
-        min_length=1,
-        max_length=500,
-        description="Why (kept in the ledger and the audit log); default: requested through the API",
+        description="Why, one line of printable text (kept in the ledger and the audit log); default: "
+        "requested through the API",
     )
 
 

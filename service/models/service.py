@@ -258,6 +258,11 @@ def require_live(model: Model) -> None:
 
 def current_version(uow: UnitOfWork, model: Model) -> ModelVersion:
     require_live(model)
+    if model.current_version_id is None and model.status == "failed":
+        # It will never have one: waiting would be in vain (as /retrain and /deletions answer).
+        raise Conflict(
+            f"model {model.id} failed to train ({model.error}); register it again", code="model_failed"
+        )
     if model.current_version_id is None:
         raise Conflict(
             f"model {model.id} has no version yet (status {model.status}, {round(100 * model.progress)}% of "

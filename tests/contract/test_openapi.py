@@ -61,6 +61,17 @@ def test_errors_have_code_and_message(embedded: TestClient) -> None:
         assert error["code"] and len(error["message"]) > 10, error
 
 
+def test_a_405_lists_the_methods_the_path_takes(embedded: TestClient) -> None:
+    for method, path, allowed in (
+        ("PUT", "/v1/models/1/weights", "GET"),
+        ("PATCH", "/v1/models/1", "GET, DELETE"),
+        ("DELETE", "/v1/models", "GET, POST"),
+    ):
+        r = embedded.request(method, path)
+        assert r.status_code == 405 and r.headers["Allow"] == allowed, (method, path, r.headers)
+        assert r.json()["error"]["message"].endswith(f"; use {allowed}")
+
+
 def test_health_readiness_and_metrics(embedded: TestClient) -> None:
     assert embedded.get("/healthz").json() == {"status": "ok"}
     ready = embedded.get("/readyz")

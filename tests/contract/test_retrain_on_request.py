@@ -88,6 +88,10 @@ def test_a_retrain_is_refused_where_it_cannot_or_need_not_run(fresh: tuple[TestC
     api_error(client.post("/v1/models/1/retrain", json={"reason": ""}), 422, "validation_error")
     api_error(client.post("/v1/models/1/retrain", json={"why": "typo"}), 422, "validation_error")
     api_error(client.post("/v1/models/1/retrain", json={"reason": "x" * 501}), 422, "validation_error")
+    # Control characters: Postgres refuses a NUL in text (a 500 there), and the reason is shown in the
+    # budget and the audit log as one line.
+    for reason in ("bad\u0000reason", "two\nlines", "\u001b[31mred"):
+        api_error(client.post("/v1/models/1/retrain", json={"reason": reason}), 422, "validation_error")
     api_error(client.post("/v1/models/999/retrain"), 404, "not_found")
     # None of the refusals scheduled anything.
     model = client.get("/v1/models/1").json()
@@ -95,6 +99,14 @@ def test_a_retrain_is_refused_where_it_cannot_or_need_not_run(fresh: tuple[TestC
     assert len(client.get("/v1/models/1/versions").json()["versions"]) == versions
     types = {e["type"] for e in client.get("/v1/audit/events", params={"model_id": 1}).json()["events"]}
     assert "retrain.scheduled" not in types
+
+    # A model whose training failed never gets a version: its weights say so, not "try again when its
+    # status is ready" (predictions read the same version once Redis holds no served weights).
+    with runtime.uow() as uow:
+        values = {"status": "failed", "phase": "failed", "error": "boom", "current_version_id": None}
+        uow.session.execute(update(Model).where(Model.id == 1).values(**values))
+        uow.commit()
+    assert "register it again" in api_error(client.get("/v1/models/1/weights"), 409, "model_failed")
 
     assert client.delete("/v1/models/1").status_code == 200
     api_error(client.post("/v1/models/1/retrain"), 410, "model_deleted")
