@@ -1,17 +1,30 @@
-"""``python -m service``: the API on uvicorn (embedded mode unless LETHE_MODE=production)."""
+"""``python -m service``: the API on uvicorn (embedded mode unless LETHE_MODE=production).
+
+Every setting comes from the environment (``LETHE_*``, README's configuration table); a bad one stops the
+start with one line per problem, naming the variable (exit status 2)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
+import sys
 
 import uvicorn
+from pydantic import ValidationError
 
 from service.app import create_app
-from service.settings import Settings
+from service.settings import Settings, settings_errors
 
 
-def main() -> None:
-    settings = Settings()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__.split("\n\n")[0])
+    parser.parse_args(argv)  # no options: --help, and an unknown argument is an error, not ignored
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        for line in settings_errors(exc):
+            print(f"lethe: {line}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -24,7 +37,8 @@ def main() -> None:
     uvicorn.run(
         create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower()
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

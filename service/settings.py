@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.jobs.callback_targets import Network, parse_networks
@@ -23,6 +23,18 @@ from service.receipts.signing import new_seed, parse_public_key, parse_seed
 from service.storage.s3 import parse_s3_url
 
 MIN_TOKEN_LENGTH = 16
+
+
+def settings_errors(exc: ValidationError) -> list[str]:
+    """One line per problem of a :class:`Settings` that failed validation, naming the environment
+    variable where pydantic names a field (``port`` is ``LETHE_PORT``); the checks across fields name
+    their variables themselves."""
+    lines = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        field = ".".join(str(part) for part in error.get("loc", ()))
+        lines.append(f"LETHE_{field.upper()}: {message}" if field else message)
+    return lines
 
 
 class Settings(BaseSettings):
@@ -44,7 +56,10 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    log_level: str = "info"
+    # the levels both logging and uvicorn know, in either case
+    log_level: Literal[
+        "critical", "error", "warning", "info", "debug", "CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"
+    ] = "info"
     auto_migrate: bool = True
     demo_model: bool | None = None
 
@@ -108,6 +123,13 @@ class Settings(BaseSettings):
     def callback_networks(self) -> tuple[Network, ...]:
         """The non-public networks callbacks may reach (public addresses always may)."""
         return parse_networks(self.callback_allowed_networks)
+
+    @field_validator("artifact_dir", mode="before")
+    @classmethod
+    def _empty_dir_is_unset(cls, value: object) -> object:
+        # An empty LETHE_ARTIFACT_DIR (a compose file's ${VAR:-}) would read as Path("."), the working
+        # directory: it means unset, as an empty URL or key does.
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _artifact_url_parses(self) -> Settings:
@@ -188,6 +210,16 @@ class Settings(BaseSettings):
         if set(self.read_token_list) & set(self.api_token_list):
             raise ValueError(
                 "a token is in both LETHE_API_TOKENS and LETHE_READ_TOKENS: give each token one role"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _hash_key_is_exact(self) -> Settings:
+        key = self.subject_hash_key
+        if key and key != key.strip():
+            # Used byte for byte and never to change: surrounding whitespace from a copy is a different key.
+            raise ValueError(
+                "LETHE_SUBJECT_HASH_KEY has surrounding whitespace: remove it (the key is used as is)"
             )
         return self
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.queue import LANES, celery_queue_name
-from service.settings import Settings
+from service.settings import Settings, settings_errors
 
 _NO_GPU = {"", "-1", "none", "nodevfiles", "void"}
 _DEVICE_FILE = re.compile(r"nvidia(\d+)")
@@ -90,6 +90,11 @@ def plan(
         if gpus
         else [("cpu", "threads", LANES, {})]
     )
+    if metrics_port is not None and metrics_port + len(shapes) - 1 > 65535:
+        raise ValueError(
+            f"LETHE_WORKER_METRICS_PORT {metrics_port}: its {len(shapes)} workers take ports {metrics_port} to "
+            f"{metrics_port + len(shapes) - 1}, past 65535; choose a lower port"
+        )
     processes = []
     for i, (name, pool, lanes, env) in enumerate(shapes):
         queues = [celery_queue_name(queue_prefix, lane) for lane in lanes]
@@ -167,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        print(f"lethe workers: {exc.errors()[0]['msg']}", file=sys.stderr)
+        for line in settings_errors(exc):
+            print(f"lethe workers: {line}", file=sys.stderr)
         return 2
     if settings.effective_worker != "celery" and not args.dry_run:
         print(
@@ -176,13 +182,17 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    processes = plan(
-        visible_gpus(settings.gpus, os.environ),
-        queue_prefix=settings.celery_queue,
-        concurrency=settings.worker_concurrency,
-        metrics_port=settings.worker_metrics_port,
-        celery=celery_program(),
-    )
+    try:
+        processes = plan(
+            visible_gpus(settings.gpus, os.environ),
+            queue_prefix=settings.celery_queue,
+            concurrency=settings.worker_concurrency,
+            metrics_port=settings.worker_metrics_port,
+            celery=celery_program(),
+        )
+    except ValueError as exc:
+        print(f"lethe workers: {exc}", file=sys.stderr)
+        return 2
     if args.dry_run:
         print(json.dumps([asdict(p) for p in processes], indent=2))
         return 0

@@ -95,6 +95,19 @@ def test_the_dry_run_prints_the_plan_and_never_imports_torch() -> None:
     [
         ({}, "in embedded mode the API runs its jobs itself"),
         ({"LETHE_MODE": "production"}, "production mode needs LETHE_DATABASE_URL"),
+        # a field's error names its variable, not pydantic's field
+        ({"LETHE_WORKER_CONCURRENCY": "abc"}, "LETHE_WORKER_CONCURRENCY: Input should be a valid integer"),
+        (
+            {
+                "LETHE_MODE": "production",
+                "LETHE_DATABASE_URL": "postgresql+psycopg://db/lethe",
+                "LETHE_REDIS_URL": "redis://redis:6379/0",
+                "LETHE_SUBJECT_HASH_KEY": "k" * 32,
+                "LETHE_GPUS": "0,1",
+                "LETHE_WORKER_METRICS_PORT": "65535",
+            },
+            "take ports 65535 to 65537, past 65535",
+        ),
     ],
 )
 def test_the_launcher_refuses_a_setup_without_a_broker_with_a_message(
@@ -104,3 +117,32 @@ def test_the_launcher_refuses_a_setup_without_a_broker_with_a_message(
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"LETHE_PORT": "abc"}, "lethe: LETHE_PORT: Input should be a valid integer"),
+        ({"LETHE_LOG_LEVEL": "verbose"}, "lethe: LETHE_LOG_LEVEL: Input should be 'critical'"),
+        ({"LETHE_MODE": "production"}, "lethe: production mode needs LETHE_DATABASE_URL"),
+        ({"LETHE_SUBJECT_HASH_KEY": " key"}, "LETHE_SUBJECT_HASH_KEY has surrounding whitespace"),
+    ],
+)
+def test_the_service_refuses_a_bad_setting_in_one_line_naming_its_variable(
+    environ: dict[str, str], message: str, tmp_path: Path
+) -> None:
+    result = run_python(
+        "-m", "service", timeout=60, env={"PATH": "", "LETHE_VAR_DIR": str(tmp_path), **environ}
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not any(tmp_path.iterdir())  # refused before creating anything
+
+
+def test_the_service_takes_no_arguments_but_help(tmp_path: Path) -> None:
+    env = {"PATH": "", "LETHE_VAR_DIR": str(tmp_path)}
+    helped = run_python("-m", "service", "--help", timeout=60, env=env)
+    assert helped.returncode == 0 and "usage: python -m service" in helped.stdout
+    unknown = run_python("-m", "service", "--port", "9000", timeout=60, env=env)
+    assert unknown.returncode == 2 and "unrecognized arguments: --port 9000" in unknown.stderr
+    assert not any(tmp_path.iterdir())  # neither started the service
