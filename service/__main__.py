@@ -1,7 +1,8 @@
 """``python -m service``: the API on uvicorn (embedded mode unless LETHE_MODE=production).
 
-Every setting comes from the environment (``LETHE_*``, README's configuration table); a bad one stops the
-start with one line per problem, naming the variable (exit status 2)."""
+Every setting comes from the environment (``LETHE_*``, README's configuration table); a bad one, or a
+database, Redis or directory it names that cannot be used (:mod:`service.preflight`), stops the start with
+one line per problem naming the variable (exit status 2)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import uvicorn
 from pydantic import ValidationError
 
+from service import preflight
 from service.app import create_app
 from service.settings import Settings, settings_errors
 
@@ -22,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        for line in settings_errors(exc):
-            print(f"lethe: {line}", file=sys.stderr)
-        return 2
+        return _refuse(settings_errors(exc))
+    if found := preflight.problems(settings):
+        return _refuse(found)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -38,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower()
     )
     return 0
+
+
+def _refuse(problems: list[str]) -> int:
+    for line in problems:
+        print(f"lethe: {line}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

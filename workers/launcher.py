@@ -33,6 +33,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from service import preflight
 from service.queue import LANES, celery_queue_name
 from service.settings import Settings, settings_errors
 
@@ -192,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         print(f"lethe workers: {exc}", file=sys.stderr)
+        return 2
+    if not args.dry_run and (found := preflight.problems(settings)):
+        for line in found:
+            print(f"lethe workers: {line}", file=sys.stderr)
         return 2
     if args.dry_run:
         print(json.dumps([asdict(p) for p in processes], indent=2))

@@ -45,6 +45,7 @@ class Dispatcher:
         self._last_orphan_sweep: float | None = None
         self._last_prune: float | None = None
         self._orphan_sweeper: threading.Thread | None = None
+        self._last_failure: str | None = None  # the failing passes' error, logged in full once
 
     def kick(self) -> None:
         self._wake.set()
@@ -150,5 +151,13 @@ class Dispatcher:
                 if _due(self._last_orphan_sweep, self._rt.settings.orphan_sweep_seconds):
                     self._last_orphan_sweep = time.monotonic()
                     self._sweep_orphans_aside()
-            except Exception:
-                log.warning("dispatcher pass failed", exc_info=True)
+            except Exception as exc:
+                # A database or broker that is down fails every pass (twice a second): the traceback once
+                # per kind of failure, then one line each, so the log says what is wrong without drowning.
+                failure = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                log.warning("dispatcher pass failed: %s", failure, exc_info=failure != self._last_failure)
+                self._last_failure = failure
+            else:
+                if self._last_failure is not None:
+                    log.info("dispatcher passes succeed again after: %s", self._last_failure)
+                    self._last_failure = None

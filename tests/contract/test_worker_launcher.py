@@ -119,6 +119,14 @@ def test_the_launcher_refuses_a_setup_without_a_broker_with_a_message(
     assert "Traceback" not in result.stderr
 
 
+_UNREACHABLE = {
+    "LETHE_MODE": "production",
+    "LETHE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/lethe",
+    "LETHE_REDIS_URL": "redis://127.0.0.1:1/0",
+    "LETHE_SUBJECT_HASH_KEY": "k" * 32,
+}
+
+
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
@@ -137,6 +145,37 @@ def test_the_service_refuses_a_bad_setting_in_one_line_naming_its_variable(
     assert result.returncode == 2, result.stderr[-2000:]
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not any(tmp_path.iterdir())  # refused before creating anything
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            _UNREACHABLE,
+            "lethe: LETHE_DATABASE_URL: cannot connect to postgresql+psycopg://postgres@127.0.0.1:1",
+        ),
+        (_UNREACHABLE, "lethe: LETHE_REDIS_URL: cannot reach Redis at 127.0.0.1:1"),
+        (
+            {**_UNREACHABLE, "LETHE_DATABASE_URL": "not-a-url"},
+            "LETHE_DATABASE_URL: 'not-a-url' is not a database URL",
+        ),
+    ],
+)
+def test_the_service_refuses_servers_it_cannot_reach_in_one_line_naming_the_variable(
+    environ: dict[str, str], message: str, tmp_path: Path
+) -> None:
+    """service.preflight: what the settings name must be usable before the service starts."""
+    result = run_python(
+        "-m", "service", timeout=60, env={"PATH": "", "LETHE_VAR_DIR": str(tmp_path), **environ}
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_workers_refuse_servers_they_cannot_reach(tmp_path: Path) -> None:
+    result = run_python("-m", "workers", timeout=60, env={"PATH": "", **_UNREACHABLE})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "lethe workers: LETHE_REDIS_URL: cannot reach Redis at 127.0.0.1:1" in result.stderr
 
 
 def test_the_service_takes_no_arguments_but_help(tmp_path: Path) -> None:
