@@ -58,7 +58,10 @@ def _allowed_methods(request: Request) -> list[str]:
     return [
         method
         for method in _METHODS
-        if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in request.app.routes)
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL
+            for route in request.app.routes
+        )
     ]
 
 
@@ -150,6 +153,10 @@ def _document_access(paths: dict[str, Any], error_ref: dict[str, str]) -> None:
                 }
 
 
+def _is_json(media_type: str) -> bool:
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -161,8 +168,21 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(mapped.body(), status_code=mapped.status)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
+        sent = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if sent and not _is_json(sent) and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in errors):
+            # FastAPI leaves a body it was not told is JSON unparsed, and then finds no object in it
+            # ("Input should be a valid dictionary"): say what to send instead (curl -d sends a form).
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": "unsupported_media_type",
+                        "message": f"the body was sent as {sent}: send JSON with Content-Type: application/json",
+                    }
+                },
+                status_code=415,
+            )
         if any(e.get("type") == "json_invalid" for e in errors):
             return JSONResponse(
                 {"error": {"code": "malformed_json", "message": "the request body is not valid JSON"}},

@@ -136,7 +136,8 @@ def list_versions(
     if parents:  # a page that starts mid-chain still names each version's parent
         for v_out, v in zip(out, versions):
             v_out.parent_seq = parents.get(v.parent_id) if v.parent_id else None
-    return VersionList(model_id=model_id, versions=out)
+    next_after_seq = versions[-1].seq if len(versions) == limit else None
+    return VersionList(model_id=model_id, versions=out, next_after_seq=next_after_seq)
 
 
 @router.get(

@@ -114,6 +114,9 @@ class VersionOut(BaseModel):
 class VersionList(BaseModel):
     model_id: int
     versions: list[VersionOut]
+    next_after_seq: int | None = Field(
+        description="Pass as after_seq for the next page; null: this page is the last"
+    )
 
 
 class PredictIn(Strict):

@@ -61,6 +61,23 @@ def test_errors_have_code_and_message(embedded: TestClient) -> None:
         assert error["code"] and len(error["message"]) > 10, error
 
 
+def test_a_body_that_is_not_json_is_415_and_says_what_to_send(embedded: TestClient) -> None:
+    # curl -d without a Content-Type header sends a form; FastAPI would answer "not a valid dictionary".
+    for content_type in ("application/x-www-form-urlencoded", "text/plain; charset=utf-8"):
+        r = embedded.post(
+            "/v1/models/1/retrain", content=b'{"reason": "x"}', headers={"Content-Type": content_type}
+        )
+        assert r.status_code == 415, r.text
+        message = r.json()["error"]["message"]
+        assert (
+            r.json()["error"]["code"] == "unsupported_media_type"
+            and "Content-Type: application/json" in message
+        )
+    # JSON with a schema error is still the field's 422.
+    r = embedded.post("/v1/models", content=b'{"name": 5}', headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error"
+
+
 def test_a_405_lists_the_methods_the_path_takes(embedded: TestClient) -> None:
     for method, path, allowed in (
         ("PUT", "/v1/models/1/weights", "GET"),

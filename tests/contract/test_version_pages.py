@@ -14,12 +14,12 @@ def test_pages_of_versions_name_each_parent(fresh: tuple[TestClient, Runtime]) -
         forget_owner(client, owner)
     whole = client.get("/v1/models/1/versions").json()["versions"]
     assert [(v["seq"], v["parent_seq"]) for v in whole] == [(1, None), (2, 1), (3, 2), (4, 3)]
+    assert client.get("/v1/models/1/versions").json()["next_after_seq"] is None  # all on one page
     pages = []
-    after = 0
-    while page := client.get("/v1/models/1/versions", params={"after_seq": after, "limit": 1}).json()[
-        "versions"
-    ]:
-        pages += page
-        after = page[-1]["seq"]
+    after: int | None = 0
+    while after is not None:  # follow the cursor until it is null
+        listing = client.get("/v1/models/1/versions", params={"after_seq": after, "limit": 2}).json()
+        pages += listing["versions"]
+        after = listing["next_after_seq"]
     assert pages == whole
     assert client.get("/v1/models/1/versions", params={"after_seq": 2}).json()["versions"] == whole[2:]
