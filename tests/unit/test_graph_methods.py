@@ -217,6 +217,19 @@ def test_bad_node_requests_give_clear_errors(node_fit) -> None:
         method.fit(make_synthetic(n=20, num_features=3, num_classes=2, seed=0), {}, CERTIFIED, seed=0)
 
 
+def test_a_graph_whose_every_node_was_deleted_is_refused_by_name_not_by_a_division_by_zero() -> None:
+    graph = sbm_graph(n=20)
+    emptied = graph.without(nodes=list(graph.node_ids))
+    with pytest.raises(InvalidDatasetError, match="has no training nodes"):
+        gnn.GraphNodeNewton().fit(emptied, {"lam": 1e-2, "alpha": 0.5}, CERTIFIED, seed=3)
+
+
+def test_propagation_depth_is_bounded() -> None:
+    with pytest.raises(InvalidConfigError, match="at most 64"):
+        gnn.GraphNodeNewton().check_config({"hops": 1_000_000})
+    gnn.GraphNodeNewton().check_config({"hops": 64})
+
+
 def test_budget_exhaustion_retrains_with_fresh_noise_in_a_new_epoch() -> None:
     graph = sbm_graph(2)
     method = gnn.GraphNodeNewton()

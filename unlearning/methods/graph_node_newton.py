@@ -163,10 +163,10 @@ class GraphNodeNewton(NewtonMethodBase):
         init: torch.Tensor | None = None,
     ) -> MethodState:
         started = time.perf_counter()
-        scaler = FeatureScaler.fit(graph, str(merged["normalization"]))
         rows = np.flatnonzero(graph.training_mask())
-        if len(rows) == 0:
+        if len(rows) == 0:  # before the scaler, which would divide by the zero live nodes of an emptied graph
             raise InvalidDatasetError(f"graph {graph.name!r} has no training nodes (split 'train' with a label)")
+        scaler = FeatureScaler.fit(graph, str(merged["normalization"]))
         feats = full_features(graph, scaler, prop)[rows]
         device = default_device()
         design = torch.from_numpy(np.ascontiguousarray(feats)).to(device)

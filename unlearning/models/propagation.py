@@ -57,6 +57,9 @@ Normalization = Literal["row_l2", "standardize", "none"]
 NORMALIZATIONS: tuple[str, ...] = ("row_l2", "standardize", "none")
 
 
+MAX_HOPS = 64  # the papers use K = 2 to 10; a registration's K costs K sparse products per (re)training
+
+
 @dataclass(frozen=True)
 class PropagationSpec:
     """Which features: ``kind`` "sgc" (``P^K X``) or "gpr" (``[X, .., P^K X]/(K+1)``) with ``hops`` = K."""
@@ -67,7 +70,11 @@ class PropagationSpec:
     def __post_init__(self) -> None:
         if self.kind not in ("sgc", "gpr"):
             raise InvalidConfigError(f"propagation kind must be 'sgc' or 'gpr', got {self.kind!r}")
-        integer_at_least("hops (K)", self.hops, 0)
+        if integer_at_least("hops (K)", self.hops, 0) > MAX_HOPS:
+            raise InvalidConfigError(
+                f"hops (K) must be at most {MAX_HOPS}, got {self.hops}: each hop is a sparse product over "
+                "the whole graph, and beyond a few the features of a connected graph are already smoothed flat"
+            )
 
     def dim(self, num_features: int) -> int:
         return num_features * (self.hops + 1 if self.kind == "gpr" else 1)
