@@ -479,6 +479,11 @@ def _record_update(
     if stats is not None:
         planned = {**planned, **stats.staged}
     forgotten = {sid: planned.get(sid, "") for sid in outcome.forgotten_ids}
+    if unplanned := [sid for sid, owner in forgotten.items() if not owner]:
+        # The method forgot a sample the plan did not name (a collection graph whose last nodes the
+        # request deleted leaves whole): its owner from the samples table, so that the owner's tombstone
+        # is written (a later request naming that owner is then a 409, not an unknown subject).
+        forgotten.update(uow.models.owners_of(model.id, unplanned))
     if set(forgotten) != set(batch.samples):
         log.warning(
             "model %s: the method forgot %d samples, the plan named %d",

@@ -248,6 +248,7 @@ def test_graph_collection_deletions_through_the_service(client: Client, runtime:
     # every node of graph 9 named: the graph leaves the collection and counts as forgotten, like graph 3
     _forget(client, model_id, 5, graph_nodes=[["9", str(v)] for v in range(nine)])
     _error(_submit(client, model_id, graph_ids=["9"]), 409, "already forgotten")
+    _error(_submit(client, model_id, owner_ids=["9"]), 409, "already forgotten")  # its owner too
 
     _error(_submit(client, model_id, graph_ids=["99"]), 422, "out of range")
     _error(_submit(client, model_id, graph_nodes=[["7", "42"]]), 422, "42")
