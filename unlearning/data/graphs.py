@@ -87,7 +87,7 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from unlearning.data.loaders import shared_data_dir
+from unlearning.data.loaders import MAX_CLASSES, shared_data_dir
 from unlearning.errors import AlreadyDeletedError, InvalidDatasetError, UnknownSampleError
 
 __all__ = [
@@ -252,6 +252,7 @@ class NodeGraph:
             raise InvalidDatasetError(f"{where}: labels have shape {labels.shape}, expected ({n},)")
         if self.num_classes < 2:
             raise InvalidDatasetError(f"{where}: num_classes is {self.num_classes}: a classifier needs at least 2")
+        _check_class_count(self.num_classes, "num_classes", where)
         bad = (labels < -1) | (labels >= self.num_classes)
         if bad.any():
             i = int(np.argmax(bad))
@@ -529,7 +530,7 @@ class NodeGraph:
         missing = next((i for i, nd in enumerate(nodes) if "id" not in nd), None)
         if missing is not None:
             raise InvalidDatasetError(f"node {missing} (0-based) has no 'id'")
-        ids = [str(nd["id"]) for nd in nodes]
+        ids = [_json_id(nd["id"], f"node {i} (0-based): 'id'") for i, nd in enumerate(nodes)]
         try:
             num_features = _json_count(obj, "num_features", _dense_width(nodes))
             labels = [_json_label(nd.get("label"), ids[i]) for i, nd in enumerate(nodes)]
@@ -543,7 +544,8 @@ class NodeGraph:
             feats = sp.csr_matrix((vals, (rows, cols)), shape=(len(nodes), num_features), dtype=np.float64)
             split = [_split_code(nd.get("split", "none"), ids[i]) for i, nd in enumerate(nodes)]
             index = {nid: i for i, nid in enumerate(ids)}
-            edges = [[_lookup(index, e[0]), _lookup(index, e[1])] for e in obj.get("edges", [])]
+            edges = _json_edges(obj.get("edges", []), index)
+            owners = [_json_owner(nd.get("owner"), ids[i], f"node {ids[i]!r}") for i, nd in enumerate(nodes)]
             return cls(
                 node_ids=tuple(ids),
                 features=feats,
@@ -553,7 +555,7 @@ class NodeGraph:
                 split=np.asarray(split, dtype=np.int8),
                 deleted=np.asarray([bool(nd.get("deleted", False)) for nd in nodes]),
                 features_deleted=np.asarray([bool(nd.get("features_deleted", False)) for nd in nodes]),
-                owner_ids=tuple(str(nd.get("owner", nd["id"])) for nd in nodes),
+                owner_ids=tuple(owners),
                 name=str(obj.get("name", "graph")),
             )
         except InvalidDatasetError:
@@ -578,6 +580,8 @@ def _json_count(obj: Mapping[str, Any], key: str, inferred: int | None) -> int:
         )
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidDatasetError(f"node-graph JSON: {key!r} must be a whole number >= 1, got {value!r}")
+    if key == "num_classes":
+        _check_class_count(value, key, "node-graph JSON")
     return value
 
 
@@ -588,6 +592,10 @@ def _json_label(label: Any, node: str) -> int:
     if isinstance(label, bool) or not isinstance(label, int | float) or label != int(label) or label < 0:
         raise InvalidDatasetError(
             f"node {node!r}: label {label!r} is not a class index (a whole number >= 0, or null for unlabelled)"
+        )
+    if label >= MAX_CLASSES:
+        raise InvalidDatasetError(
+            f"node {node!r}: label {label!r} is too large: class indices must be below {MAX_CLASSES:,}"
         )
     return int(label)
 
@@ -617,10 +625,56 @@ def _split_code(name: Any, node: str) -> int:
 
 
 def _lookup(index: Mapping[str, int], node: Any) -> int:
+    if isinstance(node, bool) or not isinstance(node, str | int):
+        raise InvalidDatasetError(f"an edge names node {node!r}: node ids are strings or integers")
     try:
         return index[str(node)]
     except KeyError:
         raise InvalidDatasetError(f"an edge names node {node!r}, which is not in the node list") from None
+
+
+def _check_class_count(count: int, what: str, where: str) -> None:
+    """At most MAX_CLASSES classes (or tags), as the table loaders allow: a label of 10**9 must not size a
+    model with a billion outputs."""
+    if count > MAX_CLASSES:
+        raise InvalidDatasetError(f"{where}: {what} is {count:,}; at most {MAX_CLASSES:,} are supported")
+
+
+def _json_id(value: Any, what: str) -> str:
+    """A JSON id: a string, or an integer (its decimal text); null, booleans, numbers with a fraction,
+    lists and objects are refused rather than turned into text like "None" or "True"."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise InvalidDatasetError(f"{what} is {_shown(value)}: ids must be strings or integers")
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as the uploader wrote it (null, true, {...}), cut to 80 characters."""
+    try:
+        return json.dumps(value)[:80]
+    except (TypeError, ValueError):
+        return repr(value)[:80]
+
+
+def _json_owner(value: Any, default: str, where: str) -> str:
+    """An owner id; absent or null means ``default`` (the node id, or the graph id)."""
+    return default if value is None else _json_id(value, f"{where}: 'owner'")
+
+
+def _json_edges(edges: Any, index: Mapping[str, int]) -> list[list[int]]:
+    """JSON edges as index pairs: each edge is a list of exactly two node ids."""
+    if not isinstance(edges, list):
+        raise InvalidDatasetError("'edges' must be a list of [u, v] pairs of node ids")
+    out = []
+    for k, e in enumerate(edges):
+        if not isinstance(e, list) or len(e) != 2:
+            raise InvalidDatasetError(
+                f"edge {k} (0-based) is {_shown(e)}: an edge is a pair [u, v] of two node ids"
+            )
+        out.append([_lookup(index, e[0]), _lookup(index, e[1])])
+    return out
 
 
 def _check_format(arrays: Mapping[str, np.ndarray], expected: str) -> None:
@@ -736,31 +790,52 @@ class Graph:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Graph:
+        if not isinstance(obj, Mapping):
+            raise InvalidDatasetError("a graph JSON document is an object with 'graph_id', 'label', 'nodes'")
         if obj.get("format", GRAPH_FORMAT) != GRAPH_FORMAT:
             raise InvalidDatasetError(f"expected format {GRAPH_FORMAT!r}, got {obj.get('format')!r}")
         try:
+            graph_id = _json_id(obj["graph_id"], "graph JSON: 'graph_id'")
+            where = f"graph {graph_id!r}"
             nodes = list(obj["nodes"])
-            ids = [str(nd["id"]) for nd in nodes]
+            if not all(isinstance(nd, Mapping) for nd in nodes):
+                raise InvalidDatasetError(f"{where}: 'nodes' must be a list of node objects with an 'id'")
+            ids = [_json_id(nd["id"], f"{where}: node {i} (0-based): 'id'") for i, nd in enumerate(nodes)]
             index = {nid: i for i, nid in enumerate(ids)}
             has_feats = any("features" in nd for nd in nodes)
             feats = None
             if has_feats:
                 feats = np.asarray([[float(v) for v in nd["features"]] for nd in nodes], dtype=np.float64)
             deleted = np.asarray([bool(nd.get("deleted", False)) for nd in nodes])
-            tags = np.asarray([(-1 if deleted[i] else int(nd.get("tag", 0))) for i, nd in enumerate(nodes)])
-            edges = [[_lookup(index, e[0]), _lookup(index, e[1])] for e in obj.get("edges", [])]
+            tags = np.asarray(
+                [-1 if deleted[i] else _json_class(nd.get("tag", 0), f"{where}: node {ids[i]!r}: tag")
+                 for i, nd in enumerate(nodes)], dtype=np.int64)
+            edges = _json_edges(obj.get("edges", []), index)
             return cls(
-                graph_id=str(obj["graph_id"]),
+                graph_id=graph_id,
                 node_ids=tuple(ids),
                 edges=np.asarray(edges, dtype=np.int64).reshape(-1, 2),
-                label=int(obj["label"]),
+                label=_json_class(obj["label"], f"{where}: label"),
                 node_tags=tags,
                 node_features=feats,
                 deleted=deleted,
-                owner_id=str(obj.get("owner", obj["graph_id"])),
+                owner_id=_json_owner(obj.get("owner"), graph_id, where),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except InvalidDatasetError:
+            raise  # already says what to fix
+        except KeyError as exc:
+            raise InvalidDatasetError(f"malformed graph JSON: the entry {exc.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as exc:
             raise InvalidDatasetError(f"malformed graph JSON: {exc}") from None
+
+
+def _json_class(value: Any, what: str) -> int:
+    """A graph label or node tag in JSON: a whole number in 0..MAX_CLASSES-1."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
+        raise InvalidDatasetError(f"{what} {value!r} is not a whole number >= 0")
+    if value >= MAX_CLASSES:
+        raise InvalidDatasetError(f"{what} {value!r} is too large: it must be below {MAX_CLASSES:,}")
+    return int(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -785,6 +860,8 @@ class GraphCollection:
         _unique_ids([g.graph_id for g in self.graphs], "graph id", where)
         if self.num_classes < 2:
             raise InvalidDatasetError(f"{where}: num_classes is {self.num_classes}: a classifier needs at least 2")
+        _check_class_count(self.num_classes, "num_classes", where)
+        _check_class_count(self.num_tags, "num_tags", where)
         for g in self.graphs:
             if not 0 <= g.label < self.num_classes:
                 raise InvalidDatasetError(
@@ -950,6 +1027,7 @@ class GraphCollection:
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> GraphCollection:
         _check_format(arrays, COLLECTION_FORMAT)
         try:
+            _check_collection_arrays(arrays)
             node_ptr, edge_ptr = arrays["node_ptr"], arrays["edge_ptr"]
             node_ids, tags, deleted = arrays["node_ids"], arrays["node_tags"], arrays["node_deleted"]
             feats = arrays.get("node_features", None)
@@ -978,6 +1056,53 @@ class GraphCollection:
     def load_npz(cls, path: str | Path) -> GraphCollection:
         with np.load(path, allow_pickle=False) as data:
             return cls.from_arrays({k: data[k] for k in data.files})
+
+
+def _check_collection_arrays(arrays: Mapping[str, np.ndarray]) -> None:
+    """The lengths of a collection's arrays agree: one graph id, label and owner per graph, pointers of
+    G+1 non-decreasing offsets from 0 to the number of nodes (edges), and one tag and deleted flag (and
+    feature row) per node. A missing entry raises KeyError (reported by the caller)."""
+    where = "graph-collection arrays"
+
+    def length(name: str, dims: int = 1) -> int:
+        shape = np.shape(arrays[name])
+        if len(shape) != dims:
+            raise InvalidDatasetError(f"{where}: {name!r} has shape {shape}; expected {dims} dimension(s)")
+        return int(shape[0])
+
+    count = length("graph_ids")
+    for name in ("graph_labels", "owner_ids"):
+        if length(name) != count:
+            raise InvalidDatasetError(
+                f"{where}: {name!r} has {length(name)} entries for {count} graphs ('graph_ids'): "
+                "give one per graph"
+            )
+    nodes = length("node_ids")
+    for name in ("node_tags", "node_deleted"):
+        if length(name) != nodes:
+            raise InvalidDatasetError(
+                f"{where}: {name!r} has {length(name)} entries for {nodes} nodes ('node_ids'): "
+                "give one per node"
+            )
+    if "node_features" in arrays and length("node_features", 2) != nodes:
+        raise InvalidDatasetError(
+            f"{where}: 'node_features' has {length('node_features', 2)} rows for {nodes} nodes ('node_ids')"
+        )
+    pointers = (("node_ptr", "node_ids", nodes), ("edge_ptr", "edges", length("edges", 2)))
+    for ptr_name, total_name, total in pointers:
+        ptr = np.asarray(arrays[ptr_name])
+        if length(ptr_name) != count + 1:
+            raise InvalidDatasetError(
+                f"{where}: {ptr_name!r} has {len(ptr)} entries for {count} graphs: it needs {count + 1} "
+                "(the start offset of every graph, then the total)"
+            )
+        if ptr.dtype.kind not in "iu":
+            raise InvalidDatasetError(f"{where}: {ptr_name!r} must hold integer offsets, not {ptr.dtype}")
+        if int(ptr[0]) != 0 or int(ptr[-1]) != total or (np.diff(ptr) < 0).any():
+            raise InvalidDatasetError(
+                f"{where}: {ptr_name!r} must rise (never fall) from 0 to {total}, "
+                f"the length of {total_name!r}"
+            )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1093,25 +1218,70 @@ def load_tu_text(path: str | Path, name: str | None = None) -> GraphCollection:
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"graph collection file not found at {file}")
-    lines = [ln.split() for ln in file.read_text().splitlines() if ln.strip()]
+    # (1-based line number, values) of every non-blank line; messages name the line, not the file (the
+    # caller knows which file it passed, and the upload service prefixes the name it was uploaded as).
+    lines = [(k, ln.split()) for k, ln in enumerate(file.read_text().splitlines(), 1) if ln.strip()]
+    raw: list[tuple[int, list[int], list[list[int]], list[list[float]]]] = []
+    width: tuple[int, int] | None = None  # (attribute count, line that set it)
+    lineno = 0
     try:
-        count = int(lines[0][0])
-        pos = 1
-        raw: list[tuple[int, list[int], list[list[int]], list[list[float]]]] = []
-        for _ in range(count):
-            g, label = int(lines[pos][0]), int(lines[pos][1])
-            pos += 1
+        it = iter(lines)
+        lineno, row = next(it)
+        count = int(row[0])
+        if count < 0:
+            raise _tu_error(lineno, f"the number of graphs is {count}; it must be >= 0")
+        for gi in range(count):
+            lineno, row = next(it)
+            if len(row) < 2:
+                raise _tu_error(
+                    lineno, f"graph {gi} (0-based) starts with a line '<number of nodes> <label>'"
+                )
+            g, label = int(row[0]), int(row[1])
+            if g < 0:
+                raise _tu_error(lineno, f"graph {gi} (0-based) has {g} nodes; it must be >= 0")
             tags, nbrs, attrs = [], [], []
             for _v in range(g):
-                row = lines[pos]
-                pos += 1
+                lineno, row = next(it)
+                if len(row) < 2:
+                    raise _tu_error(
+                        lineno,
+                        f"a node line is '<tag> <m> <neighbour 1> .. <neighbour m>', got {len(row)} value(s)",
+                    )
                 m = int(row[1])
+                if m < 0:
+                    raise _tu_error(lineno, f"the neighbour count m is {m}; it must be >= 0")
+                if len(row) < 2 + m:
+                    raise _tu_error(
+                        lineno, f"the node declares {m} neighbours but the line lists {len(row) - 2}"
+                    )
+                extra = [float(x) for x in row[2 + m:]]
+                if width is None:
+                    width = (len(extra), lineno)
+                elif len(extra) != width[0]:
+                    raise _tu_error(
+                        lineno, f"the node has {len(extra)} attribute value(s) after its neighbours but the "
+                        f"node on line {width[1]} has {width[0]}: every node needs the same number of "
+                        "attributes"
+                    )
                 tags.append(int(row[0]))
                 nbrs.append([int(x) for x in row[2:2 + m]])
-                attrs.append([float(x) for x in row[2 + m:]])
+                attrs.append(extra)
             raw.append((label, tags, nbrs, attrs))
+    except StopIteration:
+        raise InvalidDatasetError(
+            f"malformed graph-collection text: the file ends after line {lineno}, before all the declared "
+            "graphs and nodes (truncated?)"
+        ) from None
     except (IndexError, ValueError) as exc:
-        raise InvalidDatasetError(f"{file}: malformed graph-collection text ({exc})") from None
+        if isinstance(exc, InvalidDatasetError):
+            raise
+        raise _tu_error(lineno, str(exc)) from None
+    leftover = next(it, None)
+    if leftover is not None:
+        raise _tu_error(
+            leftover[0], f"the file declares {count} graph(s) on line {lines[0][0]} but goes on after "
+            "them: fix the count or remove the extra lines"
+        )
     label_values = sorted({r[0] for r in raw})
     tag_values = sorted({t for r in raw for t in r[1]})
     label_map = {v: i for i, v in enumerate(label_values)}
@@ -1119,7 +1289,7 @@ def load_tu_text(path: str | Path, name: str | None = None) -> GraphCollection:
     graphs = []
     for gi, (label, tags, nbrs, attrs) in enumerate(raw):
         edges = [(u, v) for u, ns in enumerate(nbrs) for v in ns if u != v]
-        has_attrs = any(attrs) and all(len(a) == len(attrs[0]) for a in attrs)
+        has_attrs = bool(width and width[0])
         graphs.append(Graph(
             graph_id=str(gi),
             node_ids=tuple(str(v) for v in range(len(tags))),
@@ -1128,8 +1298,14 @@ def load_tu_text(path: str | Path, name: str | None = None) -> GraphCollection:
             node_tags=np.asarray([tag_map[t] for t in tags], dtype=np.int64),
             node_features=np.asarray(attrs, dtype=np.float64) if has_attrs else None,
         ))
+    _check_class_count(len(label_values), "the number of distinct graph labels", "graph-collection text")
+    _check_class_count(len(tag_values), "the number of distinct node tags", "graph-collection text")
     return GraphCollection(tuple(graphs), max(len(label_values), 2), max(len(tag_values), 1),
                            name=name or file.stem)
+
+
+def _tu_error(lineno: int, problem: str) -> InvalidDatasetError:
+    return InvalidDatasetError(f"malformed graph-collection text: line {lineno}: {problem}")
 
 
 def load_imdb_binary(root: str | Path | None = None) -> GraphCollection:
