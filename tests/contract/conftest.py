@@ -40,10 +40,13 @@ def train_small_model(client: TestClient) -> None:
 
 def forget_owner(client: TestClient, owner: str, model_id: int = 1) -> dict[str, Any]:
     """Delete ``owner`` from the model and wait for the request to complete; returns the request."""
+    return forget(client, model_id, owner_ids=[owner])
+
+
+def forget(client: TestClient, model_id: int, **subjects: Any) -> dict[str, Any]:
+    """Submit a deletion of ``subjects`` and wait for the request to complete; returns the request."""
     r = client.post(
-        f"/v1/models/{model_id}/deletions",
-        json={"owner_ids": [owner]},
-        headers={"Idempotency-Key": str(uuid.uuid4())},
+        f"/v1/models/{model_id}/deletions", json=subjects, headers={"Idempotency-Key": str(uuid.uuid4())}
     )
     assert r.status_code == 202, r.text
     deadline = time.monotonic() + 30

@@ -7,13 +7,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from tests.contract.conftest import api_error, embedded_runtime_in
+from tests.contract.conftest import api_error, embedded_runtime_in, forget
 from tests.integration.test_graphs import _tu_text
 
 
@@ -21,18 +20,6 @@ from tests.integration.test_graphs import _tu_text
 def client(tmp_path: Path) -> Iterator[TestClient]:
     with TestClient(create_app(runtime=embedded_runtime_in(tmp_path))) as http:
         yield http
-
-
-def _done(client: TestClient, model_id: int, **subjects: Any) -> dict[str, Any]:
-    r = client.post(
-        f"/v1/models/{model_id}/deletions", json=subjects, headers={"Idempotency-Key": str(uuid.uuid4())}
-    )
-    assert r.status_code == 202, r.text
-    deadline = time.monotonic() + 60
-    while (request := client.get(f"/v1/deletions/{r.json()['id']}").json())["state"] != "completed":
-        assert time.monotonic() < deadline, request
-        time.sleep(0.02)
-    return dict(request)
 
 
 def test_the_owner_of_a_graph_emptied_node_by_node_is_forgotten(client: TestClient) -> None:
@@ -58,7 +45,7 @@ def test_the_owner_of_a_graph_emptied_node_by_node_is_forgotten(client: TestClie
         size = int(lines[line].split()[0])
         sizes.append(size)
         line += 1 + size
-    _done(client, model_id, graph_nodes=[["5", str(v)] for v in range(sizes[5])])
+    forget(client, model_id, graph_nodes=[["5", str(v)] for v in range(sizes[5])])
     for subjects in ({"owner_ids": ["5"]}, {"graph_ids": ["5"]}):
         r = client.post(
             f"/v1/models/{model_id}/deletions", json=subjects, headers={"Idempotency-Key": str(uuid.uuid4())}

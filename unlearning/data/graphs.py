@@ -1070,20 +1070,17 @@ def _check_collection_arrays(arrays: Mapping[str, np.ndarray]) -> None:
             raise InvalidDatasetError(f"{where}: {name!r} has shape {shape}; expected {dims} dimension(s)")
         return int(shape[0])
 
-    count = length("graph_ids")
-    for name in ("graph_labels", "owner_ids"):
-        if length(name) != count:
-            raise InvalidDatasetError(
-                f"{where}: {name!r} has {length(name)} entries for {count} graphs ('graph_ids'): "
-                "give one per graph"
-            )
-    nodes = length("node_ids")
-    for name in ("node_tags", "node_deleted"):
-        if length(name) != nodes:
-            raise InvalidDatasetError(
-                f"{where}: {name!r} has {length(name)} entries for {nodes} nodes ('node_ids'): "
-                "give one per node"
-            )
+    count, nodes = length("graph_ids"), length("node_ids")
+    for names, total, item, source in (
+        (("graph_labels", "owner_ids"), count, "graph", "graph_ids"),
+        (("node_tags", "node_deleted"), nodes, "node", "node_ids"),
+    ):
+        for name in names:
+            if length(name) != total:
+                raise InvalidDatasetError(
+                    f"{where}: {name!r} has {length(name)} entries for {total} {item}s ({source!r}): "
+                    f"give one per {item}"
+                )
     if "node_features" in arrays and length("node_features", 2) != nodes:
         raise InvalidDatasetError(
             f"{where}: 'node_features' has {length('node_features', 2)} rows for {nodes} nodes ('node_ids')"
