@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        return _refuse(settings_errors(exc))
+        return preflight.refuse("lethe", settings_errors(exc))
     if found := preflight.problems(settings):
-        return _refuse(found)
+        return preflight.refuse("lethe", found)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -36,16 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         settings.effective_database_url.split("@")[-1],
         settings.effective_worker,
     )
-    uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower()
-    )
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
     return 0
-
-
-def _refuse(problems: list[str]) -> int:
-    for line in problems:
-        print(f"lethe: {line}", file=sys.stderr)
-    return 2
 
 
 if __name__ == "__main__":

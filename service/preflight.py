@@ -6,7 +6,8 @@ with ``LETHE_AUTO_MIGRATE=false``, a 500 on every request)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import redis
@@ -43,6 +44,13 @@ def problems(settings: Settings) -> list[str]:
         except (ValueError, OSError, sa_exc.SQLAlchemyError, redis.RedisError) as exc:
             found[variable] = _first_line(exc)
     return [f"{variable}: {problem}" for variable, problem in found.items()]
+
+
+def refuse(program: str, found: Iterable[str]) -> int:
+    """Print each problem as one line ``<program>: <problem>`` on stderr; the exit status to return (2)."""
+    for line in found:
+        print(f"{program}: {line}", file=sys.stderr)
+    return 2
 
 
 def _directory(path: Path) -> None:

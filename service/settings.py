@@ -56,10 +56,8 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    # the levels both logging and uvicorn know, in either case
-    log_level: Literal[
-        "critical", "error", "warning", "info", "debug", "CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"
-    ] = "info"
+    # the levels both logging and uvicorn know (in either case: read in lower case)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     auto_migrate: bool = True
     demo_model: bool | None = None
 
@@ -123,6 +121,11 @@ class Settings(BaseSettings):
     def callback_networks(self) -> tuple[Network, ...]:
         """The non-public networks callbacks may reach (public addresses always may)."""
         return parse_networks(self.callback_allowed_networks)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_lower_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("artifact_dir", mode="before")
     @classmethod

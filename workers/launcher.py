@@ -37,6 +37,11 @@ from service import preflight
 from service.queue import LANES, celery_queue_name
 from service.settings import Settings, settings_errors
 
+_PROGRAM = "lethe workers"  # how its messages begin
+_EMBEDDED = (
+    "Celery workers serve production mode (LETHE_MODE=production with the database, Redis and subject hash "
+    "key settings); in embedded mode the API runs its jobs itself"
+)
 _NO_GPU = {"", "-1", "none", "nodevfiles", "void"}
 _DEVICE_FILE = re.compile(r"nvidia(\d+)")
 _POLL_SECONDS = 0.5
@@ -141,9 +146,7 @@ def supervise(processes: Sequence[WorkerProcess], environ: Mapping[str, str]) ->
             exited = [(p.name, proc.returncode) for p, proc in running if proc.poll() is not None]
             if exited:
                 name, code = exited[0]
-                print(
-                    f"lethe workers: {name} exited with status {code}; stopping the others", file=sys.stderr
-                )
+                print(f"{_PROGRAM}: {name} exited with status {code}; stopping the others", file=sys.stderr)
                 status = 128 - code if code < 0 else code or 1
                 break
     finally:
@@ -173,16 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        for line in settings_errors(exc):
-            print(f"lethe workers: {line}", file=sys.stderr)
-        return 2
+        return preflight.refuse(_PROGRAM, settings_errors(exc))
     if settings.effective_worker != "celery" and not args.dry_run:
-        print(
-            "lethe workers: Celery workers serve production mode (LETHE_MODE=production with the database, "
-            "Redis and subject hash key settings); in embedded mode the API runs its jobs itself",
-            file=sys.stderr,
-        )
-        return 2
+        return preflight.refuse(_PROGRAM, [_EMBEDDED])
     try:
         processes = plan(
             visible_gpus(settings.gpus, os.environ),
@@ -192,12 +188,9 @@ def main(argv: list[str] | None = None) -> int:
             celery=celery_program(),
         )
     except ValueError as exc:
-        print(f"lethe workers: {exc}", file=sys.stderr)
-        return 2
+        return preflight.refuse(_PROGRAM, [str(exc)])
     if not args.dry_run and (found := preflight.problems(settings)):
-        for line in found:
-            print(f"lethe workers: {line}", file=sys.stderr)
-        return 2
+        return preflight.refuse(_PROGRAM, found)
     if args.dry_run:
         print(json.dumps([asdict(p) for p in processes], indent=2))
         return 0

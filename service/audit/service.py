@@ -170,10 +170,6 @@ def verify_chain(repo: AuditRepository, chain: str, head_seq: int, head_hash: st
     return verify_events(chain, repo.chain_events(chain), head_seq, head_hash)
 
 
-def verify_all(repo: AuditRepository, chains: list[str] | None = None) -> list[ChainReport]:
-    return [verify_chain(repo, h.chain, h.seq, h.hash) for h in repo.heads(chains)]
-
-
 CHAIN_MISSING = "chain missing"
 _CHAIN_NAME = re.compile(r"[^\x00-\x1f\x7f]+")
 _MODEL_CHAIN = re.compile(r"model:([1-9][0-9]{0,9})")

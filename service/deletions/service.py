@@ -84,7 +84,7 @@ def key_misuse(outcomes: list[Outcome]) -> Outcome | None:
     ]
     if not outcomes or len(refused) < len(outcomes):
         return None
-    return min(refused, key=lambda o: (o.status != 422, KEY_MISUSE.index(o.body["error"]["code"])))
+    return min(refused, key=lambda o: KEY_MISUSE.index(o.body["error"]["code"]))  # the 422 before the 409
 
 
 def fan_out_report(dataset_id: int, models: list[int], outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:

@@ -20,14 +20,13 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import re
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from service.datasets.service import _gunzip_capped, add_dataset_row, check_npz_size
+from service.datasets.service import _gunzip_capped, add_dataset_row, check_npz_size, id_problem
 from service.db.tables import ID_LENGTH
 from service.db.tables import Dataset as DatasetRow
 from service.db.uow import UnitOfWork
@@ -48,7 +47,6 @@ from unlearning.errors import UnlearningError
 
 GRAPH_FORMATS = ("json", "tu")
 BUNDLED = ("cora", "imdb-binary", "proteins")
-_ID = re.compile(r"^[^\x00-\x1f\x7f]+$")
 _TU_HINT = (
     "expected the TU text format: the first line is the number of graphs; each graph is a line "
     "'<number of nodes> <label>' followed by one line per node '<tag> <m> <neighbour 1> .. <neighbour m>' "
@@ -162,7 +160,7 @@ def _parse_npz(path: Path, filename: str, limit: int) -> AnyGraph:
 
 
 def _bad_id(value: str) -> bool:
-    return not value or len(value) > ID_LENGTH or not _ID.match(value) or value.startswith(ERASED_PREFIX)
+    return id_problem(value) is not None  # the rule table uploads follow too
 
 
 def check_ids(graph: AnyGraph, filename: str) -> None:

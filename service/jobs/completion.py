@@ -136,10 +136,13 @@ def _complete_on_postgres(
     rt: Runtime,
     model_id: int,
     version: ModelVersion,
-    **options: Any,
+    *,
+    committed: bool,
+    reads: CompletionReads | None = None,
+    next_round: Callable[[Connection[Any]], RoundReads] | None = None,
 ) -> Completion | None:
     """:func:`service.jobs.postgres_path.complete_version`, publishing to and unlinking from ``rt``'s
-    stores; ``options``: its keyword arguments."""
+    stores."""
     return complete_version(
         conn,
         uow,
@@ -147,7 +150,9 @@ def _complete_on_postgres(
         lambda blobs: _unlink(rt, blobs),
         model_id,
         version,
-        **options,
+        committed=committed,
+        reads=reads,
+        next_round=next_round,
     )
 
 

@@ -323,7 +323,6 @@ def record_unlearned_version(
     created_event: Callable[[int, int], dict[str, Any]],
     manifests: KnownManifests | None = None,
     while_writing: Callable[[], None] | None = None,
-    complete: bool = False,
 ) -> RecordedVersion:
     """Record the round's version (see the module's docstring); returns its row (not in the session).
 
@@ -339,11 +338,11 @@ def record_unlearned_version(
     every write is sent, while Postgres executes them, and before the COMMIT is sent: if it fails,
     nothing commits.
 
-    ``complete``: when the COMMIT goes with the writes, a new transaction begins in the same round trip
-    and the version's completion sends its reads in it (:func:`send_completion_reads`): the unit of
-    work goes on in that transaction, in which the caller completes the version
-    (:func:`complete_version` with these reads), one round trip fewer than a completion of its own
-    (bench/README.md, item 33). The reads are returned with the version (None otherwise)."""
+    When the COMMIT goes with the writes, a new transaction begins in the same round trip and the
+    version's completion sends its reads in it (:func:`send_completion_reads`): the unit of work goes on
+    in that transaction, in which the caller completes the version (:func:`complete_version` with these
+    reads), one round trip fewer than a completion of its own (bench/README.md, item 33). The reads are
+    returned with the version (None when the COMMIT could not go with the writes)."""
     model, previous = round_.model, round_.previous
     chain = model_chain(model.id)
     source = _source_dataset(reads.dataset.fetchone(), model)
@@ -422,7 +421,7 @@ def record_unlearned_version(
         if while_writing is not None:
             while_writing()
         completion = None
-        if uow.send_commit(conn, begin_next=complete) and complete:
+        if uow.send_commit(conn, begin_next=True):
             completion = send_completion_reads(conn, model.id, version)
     _point_model(model, version_id, release)
     moved = moved_cur.fetchone()

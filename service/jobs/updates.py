@@ -564,16 +564,7 @@ def _record_update(
         model, previous, release, batch, forgotten, emptied, request, charge, claimed_at
     )
     return record_unlearned_version(
-        conn,
-        uow,
-        rt.cache,
-        rt.hasher,
-        unlearned,
-        reads,
-        created,
-        rt.manifests,
-        move_hot_statistics,
-        complete=True,
+        conn, uow, rt.cache, rt.hasher, unlearned, reads, created, rt.manifests, move_hot_statistics
     )
 
 

@@ -100,6 +100,14 @@ def embedded(embedded_app: FastAPI, embedded_runtime: Runtime) -> Iterator[TestC
         yield client
 
 
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """An embedded app of the test module's own, without a model (the session's app carries whatever the
+    schemathesis run left)."""
+    with TestClient(create_app(runtime=embedded_runtime_in(tmp_path_factory.mktemp("app")))) as http:
+        yield http
+
+
 @pytest.fixture()
 def fresh(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
     """An embedded app of its own, with one trained model (id 1): the session's app carries whatever the

@@ -4,22 +4,12 @@ already_forgotten (as a model's deletions do), a subject never there 422 unknown
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.runtime import Runtime
-from tests.contract.conftest import api_error, embedded_runtime_in, forget_owner
-
-
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    runtime = embedded_runtime_in(tmp_path_factory.mktemp("dataset-erasure"))
-    with TestClient(create_app(runtime=runtime)) as http:
-        yield http
+from tests.contract.conftest import api_error, forget_owner
 
 
 def _dataset(client: TestClient) -> int:

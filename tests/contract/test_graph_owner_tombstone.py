@@ -5,21 +5,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from tests.contract.conftest import api_error, embedded_runtime_in, forget
+from tests.contract.conftest import api_error, forget
 from tests.integration.test_graphs import _tu_text
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(runtime=embedded_runtime_in(tmp_path))) as http:
-        yield http
 
 
 def test_the_owner_of_a_graph_emptied_node_by_node_is_forgotten(client: TestClient) -> None:

@@ -4,14 +4,12 @@ ignore (a ``family`` other than the model's) or fail on in training (magnitudes 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from tests.contract.conftest import api_error, embedded_runtime_in
+from tests.contract.conftest import api_error
 from unlearning.methods.hessian_free import (
     MAX_BATCH_SIZE,
     MAX_CLIP_NORM,
@@ -22,13 +20,6 @@ from unlearning.methods.hessian_free import (
 )
 from unlearning.methods.registry import get_method
 from unlearning.models.nets import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH
-
-
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    runtime = embedded_runtime_in(tmp_path_factory.mktemp("registration-checks"))
-    with TestClient(create_app(runtime=runtime)) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")

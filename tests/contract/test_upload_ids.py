@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,19 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.db.tables import ID_LENGTH
 from service.graphs.upload import _bad_id
-from tests.contract.conftest import api_error, embedded_runtime_in
+from tests.contract.conftest import api_error
 
 HEADER = "sample_id,owner_id,x,label\n"
-
-
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    runtime = embedded_runtime_in(tmp_path_factory.mktemp("upload-ids"))
-    with TestClient(create_app(runtime=runtime)) as http:
-        yield http
 
 
 def _count(client: TestClient) -> int:

@@ -589,15 +589,9 @@ def _json_label(label: Any, node: str) -> int:
     """A node's class index; null (unlabelled) is -1."""
     if label is None:
         return -1
-    if isinstance(label, bool) or not isinstance(label, int | float) or label != int(label) or label < 0:
-        raise InvalidDatasetError(
-            f"node {node!r}: label {label!r} is not a class index (a whole number >= 0, or null for unlabelled)"
-        )
-    if label >= MAX_CLASSES:
-        raise InvalidDatasetError(
-            f"node {node!r}: label {label!r} is too large: class indices must be below {MAX_CLASSES:,}"
-        )
-    return int(label)
+    return _json_class(
+        label, f"node {node!r}: label", "a class index (a whole number >= 0, or null for unlabelled)"
+    )
 
 
 def _json_feature_row(value: Any, num_features: int, node: str) -> tuple[list[int], list[float]]:
@@ -829,10 +823,10 @@ class Graph:
             raise InvalidDatasetError(f"malformed graph JSON: {exc}") from None
 
 
-def _json_class(value: Any, what: str) -> int:
-    """A graph label or node tag in JSON: a whole number in 0..MAX_CLASSES-1."""
+def _json_class(value: Any, what: str, expected: str = "a whole number >= 0") -> int:
+    """A class label or node tag in JSON: a whole number in 0..MAX_CLASSES-1."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
-        raise InvalidDatasetError(f"{what} {value!r} is not a whole number >= 0")
+        raise InvalidDatasetError(f"{what} {value!r} is not {expected}")
     if value >= MAX_CLASSES:
         raise InvalidDatasetError(f"{what} {value!r} is too large: it must be below {MAX_CLASSES:,}")
     return int(value)
@@ -1269,9 +1263,9 @@ def load_tu_text(path: str | Path, name: str | None = None) -> GraphCollection:
             f"malformed graph-collection text: the file ends after line {lineno}, before all the declared "
             "graphs and nodes (truncated?)"
         ) from None
+    except InvalidDatasetError:
+        raise  # names its line already
     except (IndexError, ValueError) as exc:
-        if isinstance(exc, InvalidDatasetError):
-            raise
         raise _tu_error(lineno, str(exc)) from None
     leftover = next(it, None)
     if leftover is not None:
