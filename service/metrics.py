@@ -30,6 +30,13 @@ UPDATE_SECONDS = Histogram(
     "lethe_update_seconds", "Duration of one deletion update", buckets=_LATENCY_BUCKETS
 )
 TRAININGS = Counter("lethe_trainings_total", "Trainings and retrains finished", ["kind", "outcome"])
+LOW_QUALITY = Counter(
+    "lethe_trainings_low_quality_total",
+    "Trainings and retrains whose held-out accuracy was no better than the majority class (flagged)",
+    ["kind"],
+)
+for _kind in ("initial", "retrain"):  # present at 0 from the start, so increase() sees the first one
+    LOW_QUALITY.labels(_kind)
 TRAINING_SECONDS = Histogram(
     "lethe_training_seconds",
     "Duration of a training or retrain",

@@ -97,8 +97,9 @@ import numpy as np
 import torch
 
 from unlearning.errors import DimensionMismatchError, InvalidConfigError, UnsupportedRequestError
+from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import BudgetPolicy, MethodState, PrivacyTarget
-from unlearning.privacy.certificate import Certificate
+from unlearning.privacy.certificate import Certificate, ReleaseMode
 from unlearning.validation import integer_at_least, positive_number
 
 __all__ = [
@@ -130,6 +131,8 @@ EPS = float(np.finfo(np.float64).eps)
 
 BoundVariant = Literal["tight", "paper"]
 Solver = Literal["auto", "cg", "cholesky", "woodbury"]
+BOUND_VARIANTS: tuple[BoundVariant, ...] = ("tight", "paper")
+SOLVERS: tuple[Solver, ...] = ("auto", "cg", "cholesky", "woodbury")
 DTYPE = torch.float64
 
 
@@ -776,6 +779,9 @@ def step_terms(
 # graph_classification_newton): configuration, budget epochs, certificates and their verification.
 
 _NEWTON_KEYS = ("lam", "alpha", "bound", "solver", "cg_rtol", "opt_tol", "max_newton", "op_norm")
+OP_NORMS: tuple[str, ...] = ("exact", "none")
+FAMILIES: tuple[str, ...] = ("logistic_regression", "logistic_regression_ovr")
+"""The ``family`` values a Newton method takes: both name its one-vs-rest logistic regression."""
 
 
 @dataclass(frozen=True)
@@ -805,11 +811,11 @@ class NewtonConfig:
             self.alpha >= 0 and math.isfinite(self.alpha)
         ):
             raise InvalidConfigError(f"alpha (objective-perturbation std) must be finite and >= 0, got {self.alpha!r}")
-        if self.bound not in ("tight", "paper"):
+        if self.bound not in BOUND_VARIANTS:
             raise InvalidConfigError(f"bound must be 'tight' or 'paper', got {self.bound!r}")
-        if self.solver not in ("auto", "cg", "cholesky", "woodbury"):
+        if self.solver not in SOLVERS:
             raise InvalidConfigError(f"solver must be 'auto', 'cg', 'cholesky' or 'woodbury', got {self.solver!r}")
-        if self.op_norm not in ("exact", "none"):
+        if self.op_norm not in OP_NORMS:
             raise InvalidConfigError(f"op_norm must be 'exact' or 'none', got {self.op_norm!r}")
         if self.bound == "paper" and self.op_norm == "none":
             raise InvalidConfigError("the paper bound needs ||Z||_op: use op_norm='exact' with bound='paper'")
@@ -825,6 +831,26 @@ class NewtonConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _NEWTON_KEYS}
+
+
+def newton_hyperparameters() -> tuple[HyperParameter, ...]:
+    """The declarations of :class:`NewtonConfig`'s keys, as its ``__post_init__`` checks them."""
+    return (
+        HyperParameter("lam", "number", "L2 regularisation strength (per sample, sum form)",
+                       minimum=0, exclusive_minimum=True),
+        HyperParameter("alpha", "number", "Std of the objective perturbation (the certified noise); the residual "
+                       "budget per epoch is alpha * epsilon / sqrt(2 ln(1.5/delta))", minimum=0),
+        HyperParameter("bound", "string", "Residual bound charged per deletion: tight (data-dependent) or the "
+                       "paper's (needs op_norm exact)", choices=BOUND_VARIANTS),
+        HyperParameter("solver", "string", "Linear solver of the Newton step (auto: conjugate gradients with "
+                       "Hessian-vector products, or a factorisation where cheaper)", choices=SOLVERS),
+        HyperParameter("cg_rtol", "number", "Relative tolerance of conjugate gradients (the true residual is "
+                       "charged anyway)", minimum=0, exclusive_minimum=True),
+        HyperParameter("opt_tol", "number", "Gradient-norm target of training", minimum=0, exclusive_minimum=True),
+        HyperParameter("max_newton", "integer", "Most Newton iterations of one training", minimum=1),
+        HyperParameter("op_norm", "string", "exact: bound ||Z||_op at each budget epoch's start; none: skip it "
+                       "(only the row-norm form of the tight bound is used)", choices=OP_NORMS),
+    )
 
 
 @dataclass(frozen=True)
@@ -1112,7 +1138,8 @@ def predict_labels(W: torch.Tensor, features: torch.Tensor) -> np.ndarray:
 class NewtonMethodBase(ABC):
     """The protocol functions every Newton method shares (budget, retrain policy, verification).
 
-    Subclasses implement ``name``, ``request_kinds``, ``default_config``, ``fit`` and ``forget``.
+    Subclasses implement ``name``, ``request_kinds``, ``default_config``, ``hyperparameters``, ``fit`` and
+    ``forget``.
     """
 
     needs_training_data: ClassVar[bool] = True
@@ -1122,6 +1149,16 @@ class NewtonMethodBase(ABC):
     def default_config(self) -> dict[str, Any]:
         """Every configuration key the method accepts, with its default."""
 
+    @abstractmethod
+    def hyperparameters(self) -> tuple[HyperParameter, ...]:
+        """One declaration per key of :meth:`default_config`: :func:`newton_hyperparameters` and the method's own."""
+
+    def families(self) -> tuple[str, ...]:
+        return FAMILIES
+
+    def release_modes(self) -> tuple[ReleaseMode, ...]:
+        """Both: ``certified`` trains with the objective perturbation, ``audited`` without it."""
+        return ("certified", "audited")
 
     def check_config(self, config: Mapping[str, Any]) -> None:
         self._configs(config)
@@ -1131,7 +1168,7 @@ class NewtonMethodBase(ABC):
         the Newton settings they hold; unknown keys are an error naming them."""
         merged = {**self.default_config(), **dict(config)}
         family = merged.pop("family", "logistic_regression")  # the service passes the model family along
-        if family not in ("logistic_regression", "logistic_regression_ovr"):
+        if family not in FAMILIES:
             raise InvalidConfigError(f"{self.name} trains a (one-vs-rest) logistic regression, not family {family!r}")
         unknown = sorted(set(merged) - set(self.default_config()))
         if unknown:

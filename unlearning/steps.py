@@ -42,6 +42,7 @@ from unlearning.forward_mode import jvp  # torch.func.jvp, one thread at a time
 from unlearning.models.flat import FlatModel
 
 ClipMode = Literal["none", "batch", "per_sample"]
+CLIP_MODES: tuple[ClipMode, ...] = ("none", "batch", "per_sample")
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class SGDConfig:
             raise InvalidConfigError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
         if not (self.l2 >= 0 and math.isfinite(self.l2)):
             raise InvalidConfigError(f"l2 must be a finite number >= 0, got {self.l2}")
-        if self.clip_mode not in ("none", "batch", "per_sample"):
+        if self.clip_mode not in CLIP_MODES:
             raise InvalidConfigError(f"clip_mode must be 'none', 'batch' or 'per_sample', got {self.clip_mode!r}")
         if self.clip_mode != "none" and not (
             self.clip_norm is not None and self.clip_norm > 0 and math.isfinite(self.clip_norm)

@@ -18,8 +18,9 @@ Then each model's versions are checked against the ledger and the log (``--no-mo
 every version has exactly one ledger entry, whose charge, spent and cap are its certificate's; no entry
 spends more than its cap; the log's event for the version (``model.trained``, ``version.created`` or
 ``retrain.completed``) names the version's weights digest; and the weights the service serves now hash
-to the digest of the version it says it serves. Exit status 0 when everything checked holds, 1
-otherwise, 2 for a usage error.
+to the digest of the version it says it serves (``--model ID``: that model's chains and versions
+only). Exit status 0 when everything checked holds, 1 otherwise, 2 for a usage error. ``lethe audit``
+runs the same check.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from typing import Any
 
 import httpx
 
+from service.audit.options import add_options
 from service.audit.schemas import AuditEventOut
-from service.audit.service import ChainReport, verify_events
+from service.audit.service import ChainReport, chains_of_model, model_chain, verify_events
 
 _PAGE = 1000
 
@@ -217,7 +219,79 @@ def service_client(
         yield own
 
 
+@dataclass
+class Outcome:
+    """What one run of the check found: each chain's report, then each model's."""
+
+    chains: list[ChainReport]
+    models: list[ModelReport]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.chains) and all(m.ok for m in self.models)
+
+    def lines(self) -> list[str]:
+        """The report as printed: one line per chain, per model that holds, per problem."""
+        out = []
+        for r in self.chains:
+            if r.ok:
+                out.append(f"ok      {r.chain}: {r.events} events, head {r.head_seq} {r.head_hash}")
+            else:
+                out.append(f"FAILED  {r.chain}: {r.problem} (first bad event: {r.first_bad_seq})")
+        for m in self.models:
+            if m.ok:
+                out.append(
+                    f"ok      model {m.model_id}: {m.versions} versions match the ledger, the log and the "
+                    "weights served"
+                )
+            out += [f"FAILED  model {m.model_id}: {problem}" for problem in m.problems]
+        return out
+
+
+def run(
+    client: httpx.Client,
+    chains: list[str] | None = None,
+    anchors: Mapping[str, Mapping[int, str]] | None = None,
+    model: int | None = None,
+    models: bool = True,
+) -> Outcome:
+    """The whole check: the ``chains`` (default: every chain, or with ``model`` that model's chains the
+    service reports) against the heads and ``anchors``, then every model's versions (only ``model``'s
+    with it; none without ``models``). Raises ``httpx.HTTPError`` when the service cannot be read (a
+    ``model`` it does not know: 404)."""
+    if model is not None and chains is None:
+        reported = heads(client)
+        chains = [c for c in chains_of_model(model) if c in reported] or [model_chain(model)]
+    read: dict[str, list[AuditEventOut]] = {}
+    reports = check(client, chains, anchors, read)
+    if not models:
+        return Outcome(reports, [])
+    ids = [model] if model is not None else model_ids(client)
+    return Outcome(reports, [check_model(client, m, _events(client, read, m)) for m in ids])
+
+
+def anchors_of(path: Path | None) -> dict[str, dict[int, str]] | None:
+    """The anchors in ``path`` (None: no anchors); ValueError saying why a file cannot be used."""
+    if path is None:
+        return None
+    try:
+        return load_anchors(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"cannot read the anchors in {path}: {exc}") from exc
+
+
+def run_options(
+    client: httpx.Client, args: argparse.Namespace, anchors: Mapping[str, Mapping[int, str]] | None
+) -> Outcome:
+    """:func:`run` with the options of :func:`add_options`; writes ``--save-anchors`` after it."""
+    outcome = run(client, args.chain, anchors, args.model, not args.no_models)
+    if args.save_anchors:
+        save_anchors(args.save_anchors, outcome.chains)
+    return outcome
+
+
 def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> int:
+    """``python -m service.audit.check``, the same check as ``lethe audit``."""
     parser = argparse.ArgumentParser(
         prog="python -m service.audit.check", description=__doc__.split("\n\n")[0]
     )
@@ -226,46 +300,23 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
         "--token",
         help="a bearer token, when the service requires one: a read-only one (LETHE_READ_TOKENS) will do",
     )
-    parser.add_argument("--chain", action="append", help="check this chain only (repeatable); default: all")
-    parser.add_argument("--anchors", type=Path, help="heads recorded by an earlier run (--save-anchors)")
-    parser.add_argument("--save-anchors", type=Path, help="write the verified heads here, for the next run")
-    parser.add_argument(
-        "--no-models", action="store_true", help="check the chains only, not the models' ledger and weights"
-    )
+    add_options(parser)
     args = parser.parse_args(argv)
     if client is None and not args.url:
         parser.error("--url is required")
     try:
-        anchors = load_anchors(args.anchors) if args.anchors else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        parser.error(f"cannot read the anchors in {args.anchors}: {exc}")
-    read: dict[str, list[AuditEventOut]] = {}
+        anchors = anchors_of(args.anchors)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         with service_client(args.url, args.token, client) as http:
-            reports = check(http, args.chain, anchors, read)
-            models = (
-                []
-                if args.no_models
-                else [check_model(http, m, _events(http, read, m)) for m in model_ids(http)]
-            )
+            outcome = run_options(http, args, anchors)
     except httpx.HTTPError as exc:
         print(f"cannot read the audit log: {exc}", file=sys.stderr)
         return 1
-    for r in reports:
-        if r.ok:
-            print(f"ok      {r.chain}: {r.events} events, head {r.head_seq} {r.head_hash}")
-        else:
-            print(f"FAILED  {r.chain}: {r.problem} (first bad event: {r.first_bad_seq})")
-    for m in models:
-        if m.ok:
-            print(
-                f"ok      model {m.model_id}: {m.versions} versions match the ledger, the log and the weights served"
-            )
-        for problem in m.problems:
-            print(f"FAILED  model {m.model_id}: {problem}")
-    if args.save_anchors:
-        save_anchors(args.save_anchors, reports)
-    return 0 if all(r.ok for r in reports) and all(m.ok for m in models) else 1
+    for line in outcome.lines():
+        print(line)
+    return 0 if outcome.ok else 1
 
 
 if __name__ == "__main__":

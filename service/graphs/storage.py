@@ -30,11 +30,8 @@ from service.storage.artifacts import ArtifactStore
 from service.storage.tensors import canonical, read_metadata
 from unlearning.data import Dataset
 from unlearning.data.graphs import GraphCollection, NodeGraph
+from unlearning.methods.protocol import GRAPH_COLLECTION, NODE_GRAPH, TABLE
 
-NODE_GRAPH = "node_graph"
-GRAPH_COLLECTION = "graph_collection"
-TABLE = "table"
-KINDS = (TABLE, NODE_GRAPH, GRAPH_COLLECTION)
 ERASED_PREFIX = "~erased:"
 """Tombstoned ids are renamed to this prefix plus an index; uploaded ids may not start with it."""
 

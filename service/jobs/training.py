@@ -34,6 +34,7 @@ from unlearning.errors import UnlearningError
 from unlearning.methods.protocol import ForgetRequest, MethodState
 from unlearning.methods.registry import get_method
 from unlearning.privacy.certificate import Certificate
+from unlearning.tables.quality import QualityReport, quality_problem
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -87,6 +88,15 @@ def _fit(
     if problems:
         raise RuntimeError("the certificate of the trained model did not verify: " + "; ".join(problems))
     return state, certificate, sample_count(dataset)
+
+
+def _quality(state: MethodState, kind: str) -> QualityReport | None:
+    """The fit's held-out quality report (table models), counted when flagged."""
+    report = QualityReport.from_dict(state.accounting.get("quality"))
+    if report is not None and report.flagged:
+        metrics.LOW_QUALITY.labels(kind).inc()
+        log.warning("a %s fitted a model no better than the majority class: %s", kind, report.note)
+    return report
 
 
 def _write_and_record(
@@ -165,6 +175,9 @@ def train_model(rt: Runtime, model_id: int) -> None:
         if training is None:
             raise UnlearningError("the model's training data is empty")
         state, certificate, size = _fit(rt, model, training, int(model.seed))
+        problem = quality_problem(_quality(state, "initial"), model.config.get("min_quality"))
+        if problem:
+            raise UnlearningError(problem)
     except Exception as exc:  # noqa: BLE001 - any failure becomes the model's error, never a crash loop
         _fail_training(rt, model_id, exc)
         return
@@ -291,6 +304,7 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
         if not remaining["buckets"]:
             raise UnlearningError("these deletions would leave no training data: nothing to retrain on")
         state, certificate, size = _fit(rt, model, remaining, derive_seed(model.seed, "retrain", epoch))
+        _quality(state, "retrain")  # a retrain is never failed for its quality: the deletions must go through
     except Exception as exc:  # noqa: BLE001
         _fail_retrain(rt, model_id, exc)
         return

@@ -72,6 +72,27 @@ class StatusOut(BaseModel):
     error: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    low_quality: bool = Field(
+        False,
+        description="The served version's (re)training measured a held-out accuracy no better than always "
+        "answering the majority class (see `quality`)",
+    )
+
+
+class QualityOut(BaseModel):
+    """The held-out quality report of the served version's (re)training (table models)."""
+
+    verdict: Literal["ok", "below_baseline", "no_better_than_majority", "not_measured"]
+    flagged: bool = Field(description="No better than always answering the majority class")
+    accuracy: float | None = Field(description="Held-out accuracy of the method with this configuration")
+    majority_rate: float | None = Field(description="Held-out accuracy of always answering the majority class")
+    baseline_accuracy: float | None = Field(
+        description="Held-out accuracy of a plain L2-regularised logistic regression (C = 1, standardised "
+        "columns) fitted on the same rows in the same job"
+    )
+    holdout_rows: int
+    probe_train_rows: int
+    note: str
 
 
 class ModelOut(BaseModel):
@@ -87,6 +108,10 @@ class ModelOut(BaseModel):
     seed: int
     status: StatusOut
     current_version: int | None = Field(description="Sequence number of the served version")
+    quality: QualityOut | None = Field(
+        None, description="Held-out quality of the served version's (re)training (table models; null before "
+        "the first version and for graph models)"
+    )
     budget_epoch: int
     train_size: int
     created_at: datetime
@@ -156,11 +181,45 @@ class PredictOut(BaseModel):
     predictions: list[Prediction]
 
 
+class HyperParameterOut(BaseModel):
+    """One hyperparameter of a method, with the bounds and choices registration enforces."""
+
+    name: str
+    type: Literal["integer", "number", "string", "boolean", "integer_list", "object"] = Field(
+        description="JSON type of the value (an integer_list's bounds apply to each item)"
+    )
+    description: str
+    default: Any = Field(description="The method's current default; null: derived from the data (default_note)")
+    default_note: str | None = Field(description="What a null default stands for; null when the default is a value")
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    exclusive_minimum: bool = Field(False, description="The value must lie above minimum, not at it")
+    exclusive_maximum: bool = Field(False, description="The value must lie below maximum, not at it")
+    choices: list[Any] = Field(
+        default_factory=list,
+        description="The values a string takes; for a numeric type, named values accepted besides the numbers "
+        "within the bounds",
+    )
+    nullable: bool = Field(False, description="Whether null is accepted (null_means says what it stands for)")
+    null_means: str | None = None
+    max_items: int | None = Field(None, description="Longest list accepted (integer_list)")
+
+
 class MethodOut(BaseModel):
     name: str
     request_kinds: list[str]
     needs_training_data: bool
-    default_hyperparameters: dict[str, Any]
+    dataset_kinds: list[Literal["table", "node_graph", "graph_collection"]] = Field(
+        description="The kinds of dataset the method trains on (what POST /v1/datasets uploaded)"
+    )
+    release_modes: list[Literal["certified", "audited"]]
+    families: list[str] = Field(description="The model families (ModelIn.family) the method trains")
+    hyperparameters: list[HyperParameterOut] = Field(
+        description="Every hyperparameter the method takes, with its type, default, bounds and choices"
+    )
+    default_hyperparameters: dict[str, Any] = Field(
+        description="Name -> default (the defaults of `hyperparameters`, kept for older clients)"
+    )
 
 
 class MethodList(BaseModel):

@@ -20,6 +20,7 @@ from service.jobs.state import BlobCache
 from service.jobs.versions import model_holder
 from service.models.schemas import (
     BudgetPolicyIn,
+    HyperParameterOut,
     MethodOut,
     ModelIn,
     ModelOut,
@@ -27,6 +28,7 @@ from service.models.schemas import (
     Prediction,
     PredictOut,
     PrivacyIn,
+    QualityOut,
     StatusOut,
     VersionOut,
 )
@@ -34,22 +36,47 @@ from service.storage.artifacts import ArtifactStore, BlobNotFound
 from service.storage.buckets import digests
 from service.storage.hot import HotStore, ServingWeights
 from unlearning.errors import UnknownSampleError, UnlearningError
-from unlearning.methods.protocol import BudgetPolicy, MethodState, PredictsOwnData, PrivacyTarget
+from unlearning.methods.protocol import (
+    BudgetPolicy,
+    ChecksRegistration,
+    MethodState,
+    PredictsOwnData,
+    PredictsProbabilities,
+    PrivacyTarget,
+    dataset_kind,
+)
 from unlearning.methods.registry import get_method, method_names
 from unlearning.models import ModelSpec, build_model
 from unlearning.models.nets import check_mlp_size, hidden_widths
+from unlearning.serialization import json_restore
+from unlearning.tables.quality import QualityReport
 
 
 def list_methods() -> list[MethodOut]:
+    """Every method as the library declares it; defaults are read from ``default_config()`` now, and the
+    families (and a ``family`` hyperparameter's choices) are those a registration may name
+    (``ModelIn.family``) among the method's."""
+    registrable = get_args(ModelIn.model_fields["family"].annotation)
     out = []
     for name in method_names():
         method = get_method(name)
+        defaults = method.default_config()
+        hyperparameters = []
+        for p in method.hyperparameters():
+            shown = p.to_dict(defaults.get(p.name))
+            if p.name == "family":
+                shown["choices"] = [family for family in p.choices if family in registrable]
+            hyperparameters.append(HyperParameterOut(**shown))
         out.append(
             MethodOut(
                 name=name,
                 request_kinds=sorted(method.request_kinds),
                 needs_training_data=method.needs_training_data,
-                default_hyperparameters=method.default_config(),
+                dataset_kinds=[dataset_kind(method)],
+                release_modes=list(method.release_modes()),
+                families=[family for family in method.families() if family in registrable],
+                hyperparameters=hyperparameters,
+                default_hyperparameters=defaults,
             )
         )
     return out
@@ -74,6 +101,12 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
             code="invalid_config",
         )
     _check_types(defaults, body.hyperparameters)
+    if body.release_mode not in method.release_modes():
+        raise Unprocessable(
+            f"method {body.method!r} releases only in {list(method.release_modes())} mode, not "
+            f"{body.release_mode!r}: choose another release_mode or a method that certifies (GET /v1/methods)",
+            code="invalid_config",
+        )
     config = {**defaults, **body.hyperparameters, "family": body.family}
     try:
         method.check_config(config)
@@ -94,6 +127,14 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
             f"dataset {body.dataset_id} has no rows left (every subject was erased)", code="empty_dataset"
         )
     check_method_data(body.method, method, dataset.id, dataset.arrays)  # table vs graph (service.graphs)
+    if isinstance(method, ChecksRegistration):
+        try:
+            method.check_registration(
+                config, PrivacyTarget(body.privacy.epsilon, body.privacy.delta, body.release_mode),
+                math.prod(dataset.feature_shape),
+            )
+        except UnlearningError as exc:
+            raise from_unlearning_error(exc) from exc
     spec = _check_architecture(body.family, dataset.feature_shape, dataset.num_classes, config)
     model = uow.models.add(
         Model(
@@ -198,6 +239,7 @@ def get_model(uow: UnitOfWork, model_id: int) -> Model:
 
 def model_out(uow: UnitOfWork, model: Model) -> ModelOut:
     version = uow.models.version(model.current_version_id) if model.current_version_id else None
+    report = QualityReport.from_dict(version.accounting.get("quality")) if version else None
     return ModelOut(
         id=model.id,
         name=model.name,
@@ -217,8 +259,10 @@ def model_out(uow: UnitOfWork, model: Model) -> ModelOut:
             error=model.error,
             started_at=model.started_at,
             finished_at=model.finished_at,
+            low_quality=bool(report and report.flagged),
         ),
         current_version=version.seq if version else None,
+        quality=QualityOut(**report.to_dict()) if report else None,
         budget_epoch=model.budget_epoch,
         train_size=model.train_size,
         created_at=model.created_at,
@@ -308,16 +352,17 @@ def _flat_model(spec_json: str) -> Any:
 def predict(
     uow: UnitOfWork, cache: BlobCache, model: Model, served: ServingWeights, body: PredictIn
 ) -> PredictOut:
-    """Predictions of the served version: a flat-parameter model evaluates feature rows itself (or the
-    model's own remaining rows named by id); a model over derived features asks its method
-    (:class:`~unlearning.methods.protocol.PredictsOwnData`)."""
+    """Predictions of the served version: a method that answers them itself
+    (:class:`~unlearning.methods.protocol.PredictsOwnData`: table models through their feature scaling,
+    models over derived features) is asked; otherwise a flat-parameter model evaluates the feature rows
+    (or the model's own remaining rows named by id)."""
     spec = _flat_spec(served.spec)
     try:
-        if spec is not None:
+        if isinstance(get_method(model.method), PredictsOwnData) or spec is None:
+            predictions = _method_predictions(uow, cache, model, served, body)
+        else:
             rows = _own_rows(cache, model, body.sample_ids) if body.sample_ids else body.instances
             predictions = _flat_predictions(served, spec, model.id, rows)
-        else:
-            predictions = _method_predictions(uow, cache, model, served, body)
     except UnlearningError as exc:
         raise from_unlearning_error(exc) from None
     return PredictOut(model_id=model.id, version=served.seq, predictions=_named(uow, model, predictions))
@@ -392,14 +437,17 @@ def _method_predictions(
         clean_weights=served.weights,
         released_weights=served.weights,
         statistics=None,
-        accounting={},
+        accounting=json_restore(dict(version.accounting)),
         artifacts={name: cache.artifact(digest) for name, digest in version.artifacts.items()},
     )
     data = cache.dataset(model.training) if model.training is not None else None
-    labels = method.predict(
-        state,
-        data,
-        instances=np.asarray(body.instances, dtype=np.float64) if body.instances else None,
-        item_ids=body.sample_ids,
-    )
+    instances = np.asarray(body.instances, dtype=np.float64) if body.instances else None
+    if isinstance(method, PredictsProbabilities):
+        probabilities = method.predict_probabilities(state, data, instances=instances, item_ids=body.sample_ids)
+        if probabilities is not None:
+            return [
+                Prediction(label=int(p.argmax()), probabilities=[round(float(v), 7) for v in p])
+                for p in probabilities
+            ]
+    labels = method.predict(state, data, instances=instances, item_ids=body.sample_ids)
     return [Prediction(label=int(label)) for label in labels]

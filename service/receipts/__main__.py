@@ -17,15 +17,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from service.audit.check import check, service_client
-from service.audit.schemas import AuditEventOut
-from service.receipts.signing import b64url, key_id, new_seed, parse_public_key, verify
+from service.audit.check import service_client
+from service.receipts.signing import new_seed
+from service.receipts.verification import (
+    UnusableInput,
+    check_receipt,
+    keys_by_id,
+    logged_problem,
+    split_answer,
+)
+
+__all__ = ["logged_problem", "main"]
 
 
 def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> int:
@@ -52,61 +58,22 @@ def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> i
     try:
         text = sys.stdin.read() if str(args.receipt) == "-" else args.receipt.read_text()
         answer = json.loads(text)
-        receipt, signature = answer["receipt"], answer["signature"]
-        given = {key_id(raw): b64url(raw) for raw in map(parse_public_key, args.public_key)}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        split_answer(answer)
+        keys_by_id(args.public_key)
+    except UnusableInput as exc:
+        print(f"unusable input: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
         print(f"unusable input: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    wanted = receipt.get("key_id")
-    if wanted not in given:
-        print(f"INVALID: the receipt names key {wanted}, the keys given are {', '.join(given)}")
-        return 1
-    if not verify(receipt, signature, given[wanted]):
-        print("INVALID: the signature does not match the receipt (altered, or signed by another key)")
-        return 1
-    print(
-        f"valid: deletion request {receipt['request_id']} of model {receipt['model_id']}, completed "
-        f"{receipt['completed_at']}, signed by key {wanted}"
-    )
     if args.url is None and client is None:
-        return 0
+        return 0 if check_receipt(answer, args.public_key) else 1
     try:
         with service_client(args.url, args.token, client) as http:
-            problem = logged_problem(http, receipt)
+            return 0 if check_receipt(answer, args.public_key, http) else 1
     except httpx.HTTPError as exc:
         print(f"cannot read the audit log: {exc}", file=sys.stderr)
         return 1
-    if problem is not None:
-        print(f"INVALID: {problem}")
-        return 1
-    audit = receipt["audit"]
-    print(f"logged: event {audit['seq']} of chain {audit['chain']}, whose hashes recompute")
-    return 0
-
-
-def logged_problem(client: httpx.Client, receipt: Mapping[str, Any]) -> str | None:
-    """None when the audit log, checked from outside, holds the receipt's ``deletion.completed`` event;
-    otherwise what is wrong."""
-    audit = receipt.get("audit")
-    if not audit:
-        return "the receipt names no audit event to check"
-    read: dict[str, list[AuditEventOut]] = {}
-    (report,) = check(client, [audit["chain"]], read=read)
-    if not report.ok:
-        return f"the audit chain {audit['chain']} does not verify: {report.problem}"
-    event = next((e for e in read.get(audit["chain"], []) if e.seq == audit["seq"]), None)
-    if event is None:
-        return f"the audit chain {audit['chain']} has no event {audit['seq']}"
-    if (event.hash, event.type, event.request_id) != (
-        audit["hash"],
-        audit["event_type"],
-        receipt["request_id"],
-    ):
-        return (
-            f"event {audit['seq']} of {audit['chain']} is {event.type} of request {event.request_id} with hash "
-            f"{event.hash}, not the receipt's"
-        )
-    return None
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from unlearning.methods.protocol import BudgetPolicy, ForgetRequest, MethodState
 from unlearning.methods.registry import get_method
 from unlearning.models import build_model
 from unlearning.privacy import langevin_accountant as acc
+from unlearning.tables.method import TableModel
 
 PRIVACY = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="certified")
 CONFIG = {"batch_size": 16, "l2": 0.05, "sigma": 0.02}
@@ -46,9 +47,10 @@ def binary() -> Dataset:
 
 @pytest.fixture(scope="module")
 def method() -> Langevin:
+    """The method itself, as the registry wraps it for tables (unlearning.tables.method.TableModel)."""
     m = get_method("langevin")
-    assert isinstance(m, Langevin)
-    return m
+    assert isinstance(m, TableModel) and isinstance(m.inner, Langevin)
+    return m.inner
 
 
 @pytest.fixture(scope="module")

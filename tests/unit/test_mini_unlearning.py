@@ -30,6 +30,7 @@ from unlearning.methods.mini_unlearning import MiniUnlearning, exact_replay, sgd
 from unlearning.methods.protocol import BudgetPolicy, ForgetRequest, MethodState, PrivacyTarget
 from unlearning.methods.registry import get_method
 from unlearning.models import build_model
+from unlearning.tables.method import TableModel
 from unlearning.training import BatchSchedule
 
 AUDITED = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="audited")
@@ -53,9 +54,10 @@ def data() -> Dataset:
 
 @pytest.fixture(scope="module")
 def method() -> MiniUnlearning:
+    """The method itself, as the registry wraps it for tables (unlearning.tables.method.TableModel)."""
     found = get_method("mini_unlearning")
-    assert isinstance(found, MiniUnlearning)
-    return found
+    assert isinstance(found, TableModel) and isinstance(found.inner, MiniUnlearning)
+    return found.inner
 
 
 def _fit(method: MiniUnlearning, data: Dataset, **overrides: Any) -> MethodState:

@@ -147,6 +147,23 @@ class Dataset:
             class_names=self.class_names,
         )
 
+    def with_features(self, features: np.ndarray) -> Dataset:
+        """The same rows (ids, owners, labels, index) with other feature values of the same row count:
+        a row-wise transform's output. Only the features are checked (finite, float32)."""
+        converted = np.ascontiguousarray(features, dtype=np.float32)
+        if converted.shape[0] != len(self):
+            raise InvalidDatasetError(f"{converted.shape[0]} feature rows for {len(self)} samples")
+        if not np.isfinite(converted).all():
+            raise InvalidDatasetError(
+                "the transformed features contain NaN or infinite values: the declared feature statistics "
+                "map some value beyond float32's range"
+            )
+        copy = object.__new__(Dataset)
+        for name in ("sample_ids", "owner_ids", "labels", "num_classes", "name", "class_names", "_index"):
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "features", converted)
+        return copy
+
     def without(self, sample_ids: Iterable[str]) -> Dataset:
         """This dataset with ``sample_ids`` removed (order of the rest kept); unknown ids are an error."""
         drop = set(self.indices_of(sample_ids).tolist())

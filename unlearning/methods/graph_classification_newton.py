@@ -47,6 +47,7 @@ from unlearning.errors import (
     InvalidDatasetError,
     UnsupportedRequestError,
 )
+from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetOutcome,
@@ -68,6 +69,7 @@ from unlearning.newton_removal import (
     epoch_accounting,
     gradient_difference,
     newton_certificate,
+    newton_hyperparameters,
     newton_step,
     predict_labels,
     signed_targets,
@@ -137,6 +139,19 @@ class GraphClassificationNewton(NewtonMethodBase):
         forces about 40% fewer retrains (31 vs 53 per 90 node deletions, bench.graph_unlearning)."""
         return {**NewtonConfig(lam=1e-2).to_dict(), "J": 4, "L": 3, "Q": 3, "nonlinear": True,
                 "signal": "auto", "max_degree": None}
+
+    def hyperparameters(self) -> tuple[HyperParameter, ...]:
+        return (
+            *newton_hyperparameters(),
+            HyperParameter("J", "integer", "Wavelet scales of the graph scattering transform", minimum=1),
+            HyperParameter("L", "integer", "Layers of the scattering tree (root = layer 0)", minimum=1),
+            HyperParameter("Q", "integer", "Moments taken of each scattering channel", minimum=1),
+            HyperParameter("nonlinear", "boolean", "Absolute-value nonlinearity between scattering layers"),
+            HyperParameter("signal", "string", "The graph signal scattered: degree, tag, features, or auto (the "
+                           "collection's features, else tags, else degrees)", choices=_SIGNALS),
+            HyperParameter("max_degree", "integer", "Largest degree of the one-hot degree signal", minimum=0,
+                           nullable=True, null_means="derived from the data: the training graphs' largest degree"),
+        )
 
     def check_config(self, config: Mapping[str, Any]) -> None:
         merged, _ = self._configs(config)

@@ -47,6 +47,7 @@ from unlearning.errors import (
     UnknownSampleError,
     UnsupportedRequestError,
 )
+from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetOutcome,
@@ -56,8 +57,16 @@ from unlearning.methods.protocol import (
     ProgressCallback,
 )
 from unlearning.methods.registry import register
+from unlearning.models.propagation import (
+    MAX_HOPS,
+    PROPAGATIONS,
+    FeatureScaler,
+    PropagationSpec,
+    full_features,
+    k_hop,
+    local_features,
+)
 from unlearning.models.propagation import NORMALIZATIONS as PROPAGATION_NORMALIZATIONS
-from unlearning.models.propagation import FeatureScaler, PropagationSpec, full_features, k_hop, local_features
 from unlearning.newton_removal import (
     DenseDesign,
     NewtonConfig,
@@ -69,6 +78,7 @@ from unlearning.newton_removal import (
     epoch_accounting,
     gradient_difference,
     newton_certificate,
+    newton_hyperparameters,
     newton_step,
     predict_labels,
     signed_targets,
@@ -127,6 +137,17 @@ class GraphNodeNewton(NewtonMethodBase):
     def default_config(self) -> dict[str, Any]:
         """Digest 001 section 5.1 defaults: SGC, K = 2, lam 1e-2, alpha 0.1; the code's standardisation."""
         return {**NewtonConfig().to_dict(), "propagation": "sgc", "hops": 2, "normalization": "standardize"}
+
+    def hyperparameters(self) -> tuple[HyperParameter, ...]:
+        return (
+            *newton_hyperparameters(),
+            HyperParameter("propagation", "string", "Node features: sgc (P^K X) or gpr ([X, PX, .., P^K X] / (K+1)), "
+                           "P = D~^-1 (A + I)", choices=PROPAGATIONS),
+            HyperParameter("hops", "integer", "K, the number of propagation hops", minimum=0, maximum=MAX_HOPS),
+            HyperParameter("normalization", "string", "Feature transform before propagation: row_l2, standardize "
+                           "(statistics fitted at each budget epoch's start) or none",
+                           choices=PROPAGATION_NORMALIZATIONS),
+        )
 
     def check_config(self, config: Mapping[str, Any]) -> None:
         self._node_configs(config)

@@ -39,6 +39,7 @@ from unlearning.errors import (
     DimensionMismatchError,
     InvalidConfigError,
 )
+from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetOutcome,
@@ -51,11 +52,11 @@ from unlearning.methods.registry import register
 from unlearning.methods.statistics import InMemorySampleStatistics
 from unlearning.models import ModelSpec, build_model
 from unlearning.models.flat import family_names
-from unlearning.models.nets import hidden_widths
-from unlearning.privacy.certificate import Certificate
+from unlearning.models.nets import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, hidden_widths
+from unlearning.privacy.certificate import Certificate, ReleaseMode
 from unlearning.privacy.gaussian import calibrate_sigma, largest_sensitivity
 from unlearning.privacy.hf_bound import hf_per_sample_bound, hf_total_bound
-from unlearning.steps import SGDConfig
+from unlearning.steps import CLIP_MODES, SGDConfig
 from unlearning.training import TrainingRecord, replay_retrain, train_recorded
 from unlearning.validation import integer_at_least
 
@@ -119,6 +120,28 @@ def check_sgd_config(merged: Mapping[str, Any]) -> None:
         raise InvalidConfigError(f"unknown model family {family!r}; choose one of {list(family_names())}")
     if family == "mlp":
         hidden_widths(merged.get("hidden", [64]))
+
+
+def sgd_hyperparameters() -> tuple[HyperParameter, ...]:
+    """The declarations of the keys :func:`check_sgd_config` checks (shared by the SGD-trained methods)."""
+    return (
+        HyperParameter("family", "string", "The model trained (the registration's top-level family)",
+                       choices=family_names()),
+        HyperParameter("hidden", "integer_list", "Hidden layer widths of the MLP (family mlp only)",
+                       minimum=1, maximum=MAX_HIDDEN_WIDTH, max_items=MAX_HIDDEN_LAYERS),
+        HyperParameter("epochs", "integer", "Passes of SGD over the training data", minimum=1, maximum=MAX_EPOCHS),
+        HyperParameter("batch_size", "integer", "Samples per SGD step", minimum=1, maximum=MAX_BATCH_SIZE),
+        HyperParameter("lr", "number", "Initial SGD step size eta", minimum=0, exclusive_minimum=True,
+                       maximum=MAX_LR),
+        HyperParameter("lr_decay", "number", "Per-step decay q of the step size, eta_t = eta * q^t (1: constant)",
+                       minimum=0, exclusive_minimum=True, maximum=1),
+        HyperParameter("l2", "number", "L2 regularisation coefficient of (l2/2)||w||^2", minimum=0, maximum=MAX_L2),
+        HyperParameter("clip_norm", "number", "Gradient clipping threshold (needed unless clip_mode is none)",
+                       minimum=0, exclusive_minimum=True, maximum=MAX_CLIP_NORM, nullable=True,
+                       null_means="no clipping threshold (only with clip_mode none)"),
+        HyperParameter("clip_mode", "string", "Clip each per-sample gradient, the batch gradient, or none",
+                       choices=CLIP_MODES),
+    )
 
 
 def _bound_inputs(record: TrainingRecord, g_bound: float, g_source: str) -> dict[str, Any]:
@@ -201,6 +224,22 @@ class HessianFree:
     name: ClassVar[str] = "hessian_free"
     request_kinds: ClassVar[frozenset[str]] = frozenset({"sample", "owner"})
     needs_training_data: ClassVar[bool] = False
+
+    def hyperparameters(self) -> tuple[HyperParameter, ...]:
+        return (
+            *sgd_hyperparameters(),
+            HyperParameter("rho_iterations", "integer", "Power iterations per step for the Hessian norm rho of the "
+                           "bound", minimum=1, maximum=MAX_RHO_ITERATIONS),
+            HyperParameter("audit_probe_fraction", "number", "Fraction of the samples forgotten in a probe at "
+                           "training time, measured against a replayed retrain (0: no probe)", minimum=0, maximum=1),
+        )
+
+    def families(self) -> tuple[str, ...]:
+        return family_names()
+
+    def release_modes(self) -> tuple[ReleaseMode, ...]:
+        """Both: ``certified`` adds noise calibrated from the bound, ``audited`` releases the clean weights."""
+        return ("certified", "audited")
 
     def default_config(self) -> dict[str, Any]:
         """R1 of digest 002 section 8: MNIST logistic regression, 15 epochs, batch 32, eta 0.05."""

@@ -81,6 +81,7 @@ from unlearning.errors import (
     InvalidDatasetError,
     UnknownSampleError,
 )
+from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetOutcome,
@@ -92,7 +93,7 @@ from unlearning.methods.protocol import (
 from unlearning.methods.registry import register
 from unlearning.models import ModelSpec
 from unlearning.privacy import langevin_accountant as acc
-from unlearning.privacy.certificate import Certificate
+from unlearning.privacy.certificate import Certificate, ReleaseMode
 from unlearning.validation import integer_at_least, positive_number
 
 FAMILY = "logistic_regression"
@@ -366,6 +367,53 @@ class Langevin:
     name: ClassVar[str] = "langevin"
     request_kinds: ClassVar[frozenset[str]] = frozenset({"sample", "owner"})
     needs_training_data: ClassVar[bool] = True
+
+    def hyperparameters(self) -> tuple[HyperParameter, ...]:
+        positive: dict[str, Any] = {"minimum": 0, "exclusive_minimum": True}
+        return (
+            HyperParameter("family", "string", "The model trained: a (multinomial) logistic regression, whose "
+                           "strongly convex objective the guarantee needs", choices=(FAMILY,)),
+            HyperParameter("batch_size", "integer", "Samples per noisy gradient step (0, or at least the number "
+                           "of samples: full batch)", minimum=0),
+            HyperParameter("l2", "number", "Strength m of the L2 regularisation", **positive, nullable=True,
+                           null_means=f"derived from the data: {PAPER_L2_PER_SAMPLE:g} x the number of training "
+                           "samples (the paper's setting)"),
+            HyperParameter("lr", "number", "Step size eta, at most 1/L (checked when training starts)", **positive,
+                           nullable=True, null_means="derived from the data: 1/L, L the smoothness of the objective"),
+            HyperParameter("clip_norm", "number", "Per-sample gradient clipping threshold M", **positive,
+                           nullable=True, null_means="derived from the data: the largest gradient norm the "
+                           "features allow (never clips)"),
+            HyperParameter("feature_bound", "number", "Bound on every feature vector's norm (the intercept's 1 "
+                           "included); L and M are derived from it", **positive, nullable=True,
+                           null_means="derived from the data: the largest norm over the training samples"),
+            HyperParameter("intercept", "boolean", "Append a constant feature 1 (a bias)"),
+            HyperParameter("radius", "number", "Radius R of the ball the iterates are projected onto", **positive),
+            HyperParameter("epochs", "integer", "Noisy training epochs (the burn-in T)", minimum=1, nullable=True,
+                           null_means="derived from the data: the T with 2R c^(TN) <= burn_in_tolerance x Z_B"),
+            HyperParameter("burn_in_tolerance", "number", "How close to the stationary regime the derived burn-in "
+                           "gets", **positive),
+            HyperParameter("sigma", "number", "Std of the Langevin noise per step", **positive, nullable=True,
+                           null_means="derived from the data: the least sigma for which a single-sample request "
+                           "needs at most target_epochs noisy epochs at the model's (epsilon, delta)"),
+            HyperParameter("target_epochs", "integer", "Noisy epochs per single-sample request a derived sigma is "
+                           "calibrated for", minimum=1),
+            HyperParameter("pabi", "string", "Privacy amplification by iteration: the paper's c^(2KN) or the "
+                           "shift-optimal (tight) form", choices=acc.PABI_VARIANTS),
+            HyperParameter("conversion", "string", "RDP to (epsilon, delta) conversion: the paper's (Prop K.2) or "
+                           "dp_accounting's (tighter)", choices=acc.CONVERSIONS),
+            HyperParameter("max_unlearning_epochs", "integer", "Most noisy epochs one request may take; beyond "
+                           "it the model retrains", minimum=1),
+            HyperParameter("max_burn_in_epochs", "integer", "Most epochs a derived burn-in may take; a longer "
+                           "one is refused when training starts", minimum=1),
+        )
+
+    def families(self) -> tuple[str, ...]:
+        return (FAMILY,)
+
+    def release_modes(self) -> tuple[ReleaseMode, ...]:
+        """Both, with the same certified releases: noise is part of training, so an ``audited`` model's
+        releases carry the certified guarantee too."""
+        return ("certified", "audited")
 
     def restore_model(self, data: Mapping[str, Any]) -> ModelSpec:
         """``MethodState.model`` from its ``to_dict()``."""

@@ -72,7 +72,8 @@ from unlearning.errors import (
     UnknownSampleError,
 )
 from unlearning.lbfgs import CompactLBFGS, secant_pairs
-from unlearning.methods.hessian_free import check_sgd_config, model_spec_for, sgd_config
+from unlearning.methods.hessian_free import check_sgd_config, model_spec_for, sgd_config, sgd_hyperparameters
+from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetOutcome,
@@ -83,8 +84,8 @@ from unlearning.methods.protocol import (
 )
 from unlearning.methods.registry import register
 from unlearning.models import ModelSpec, build_model
-from unlearning.models.flat import FlatModel
-from unlearning.privacy.certificate import Certificate
+from unlearning.models.flat import FlatModel, family_names
+from unlearning.privacy.certificate import Certificate, ReleaseMode
 from unlearning.steps import SGDConfig, StepMap, make_step_map, sgd_direction
 from unlearning.training import BatchSchedule, dataset_tensors
 from unlearning.validation import integer_at_least
@@ -565,6 +566,27 @@ class MiniUnlearning:
     name: ClassVar[str] = "mini_unlearning"
     request_kinds: ClassVar[frozenset[str]] = frozenset({"sample", "owner"})
     needs_training_data: ClassVar[bool] = True
+
+    def hyperparameters(self) -> tuple[HyperParameter, ...]:
+        return (
+            *sgd_hyperparameters(),
+            HyperParameter("k", "integer", "Replayed SGD steps at the end of training (the window)", minimum=1),
+            HyperParameter("m", "integer", "L-BFGS memory (curvature pairs kept)", minimum=1),
+            HyperParameter("hvp", "string", "Hessian-vector products: exact, or the L-BFGS approximation",
+                           choices=HVP_MODES),
+            HyperParameter("dtype", "string", "Floating-point type of training and the recorded window",
+                           choices=tuple(DTYPES)),
+            HyperParameter("max_deletion_fraction", "number", "Deletions per budget epoch, as a fraction of its "
+                           "training set, when the budget policy sets no limit of its own", minimum=0,
+                           exclusive_minimum=True, maximum=1),
+        )
+
+    def families(self) -> tuple[str, ...]:
+        return family_names()
+
+    def release_modes(self) -> tuple[ReleaseMode, ...]:
+        """Audited only: the method carries no (epsilon, delta) guarantee."""
+        return ("audited",)
 
     def restore_model(self, data: Mapping[str, Any]) -> ModelSpec:
         """``MethodState.model`` from its ``to_dict()``."""

@@ -34,6 +34,7 @@ from unlearning.errors import (
     InvalidConfigError,
     InvalidDatasetError,
 )
+from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetOutcome,
@@ -55,6 +56,7 @@ from unlearning.newton_removal import (
     epoch_accounting,
     gradient_difference,
     newton_certificate,
+    newton_hyperparameters,
     newton_step,
     one_source,
     predict_labels,
@@ -156,6 +158,16 @@ class NewtonTabular(NewtonMethodBase):
     name: ClassVar[str] = "newton_removal"
     request_kinds: ClassVar[frozenset[str]] = frozenset({"sample", "owner"})
     needs_training_data: ClassVar[bool] = True
+
+    def hyperparameters(self) -> tuple[HyperParameter, ...]:
+        return (
+            *newton_hyperparameters(),
+            HyperParameter("normalization", "string", "Row transform before the model: clip (x / max(1, ||x||)), "
+                           "row_l2, standardize (statistics fitted at each budget epoch's start) or none",
+                           choices=NORMALIZATIONS),
+            HyperParameter("intercept", "number", "Value of a constant column appended as a bias (0: none)",
+                           minimum=0),
+        )
 
     def default_config(self) -> dict[str, Any]:
         """Guo et al. / digest 001 defaults: lam 1e-2, alpha 0.1, tight residual bound, CG."""

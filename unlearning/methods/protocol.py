@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, MutableSet, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 
 from unlearning.data import Dataset
 from unlearning.errors import EmptyRequestError, InvalidConfigError, UnsupportedRequestError
+from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.privacy.certificate import Certificate, ReleaseMode
 
 ProgressCallback = Callable[[str, float], None]
@@ -190,6 +191,20 @@ class UnlearningMethod(Protocol):
 
     def default_config(self) -> dict[str, Any]: ...
 
+    def hyperparameters(self) -> tuple[HyperParameter, ...]:
+        """One declaration per key of :meth:`default_config` (and no other): type, bounds and choices as
+        :meth:`check_config` enforces them, whether null is accepted and a one-line description."""
+        ...
+
+    def families(self) -> tuple[str, ...]:
+        """The model families (``config["family"]``) the method trains."""
+        ...
+
+    def release_modes(self) -> tuple[ReleaseMode, ...]:
+        """The release modes the method serves (``certified``: a noisy release with an (epsilon, delta)
+        guarantee; ``audited``: an empirical one)."""
+        ...
+
     def check_config(self, config: Mapping[str, Any]) -> None:
         """Raise :class:`InvalidConfigError` for a value ``fit`` would refuse that can be judged without
         the data (a range, a choice, a type), so that a bad hyperparameter is refused when the model is
@@ -233,6 +248,25 @@ class UnlearningMethod(Protocol):
         ...
 
 
+DatasetKind = Literal["table", "node_graph", "graph_collection"]
+TABLE: DatasetKind = "table"
+NODE_GRAPH: DatasetKind = "node_graph"
+GRAPH_COLLECTION: DatasetKind = "graph_collection"
+DATASET_KINDS: tuple[DatasetKind, ...] = (TABLE, NODE_GRAPH, GRAPH_COLLECTION)
+
+
+def dataset_kind(method: UnlearningMethod) -> DatasetKind:
+    """The kind of dataset ``method`` trains on, read from what it forgets (never from its name): a
+    method that forgets edges or node features trains on one node graph; one that forgets graphs or nodes
+    inside graphs on a graph collection; any other on a table."""
+    kinds = method.request_kinds
+    if kinds & {"edge", "node_features"}:
+        return NODE_GRAPH
+    if kinds & {"graph", "graph_node"}:
+        return GRAPH_COLLECTION
+    return TABLE
+
+
 @runtime_checkable
 class PredictsOwnData(Protocol):
     """Optional: a method whose model works on derived features (a fitted row transform, graph
@@ -251,3 +285,23 @@ class PredictsOwnData(Protocol):
         remaining training data: rows, nodes or graphs) named by ``item_ids``. A forgotten item is unknown
         (:class:`UnknownSampleError`); an input the model cannot take raises another UnlearningError."""
         ...
+
+
+@runtime_checkable
+class ChecksRegistration(Protocol):
+    """Optional: a method with checks that need the release mode or the data's width (a table model's
+    feature scaling) answers them at registration, before anything trains."""
+
+    def check_registration(self, config: Mapping[str, Any], privacy: PrivacyTarget, num_features: int) -> None:
+        """Raise an :class:`~unlearning.errors.UnlearningError` saying what to change."""
+        ...
+
+
+@runtime_checkable
+class PredictsProbabilities(Protocol):
+    """Optional, beside :class:`PredictsOwnData`: class probabilities (n, classes) of the same rows, or
+    None when the model gives none (one-vs-rest margins)."""
+
+    def predict_probabilities(
+        self, state: MethodState, data: Any, *, instances: Any | None = None, item_ids: Sequence[str] = ()
+    ) -> Any: ...

@@ -57,6 +57,7 @@ Normalization = Literal["row_l2", "standardize", "none"]
 NORMALIZATIONS: tuple[str, ...] = ("row_l2", "standardize", "none")
 
 
+PROPAGATIONS: tuple[str, ...] = ("sgc", "gpr")
 MAX_HOPS = 64  # the papers use K = 2 to 10; a registration's K costs K sparse products per (re)training
 
 
@@ -68,7 +69,7 @@ class PropagationSpec:
     hops: int = 2
 
     def __post_init__(self) -> None:
-        if self.kind not in ("sgc", "gpr"):
+        if self.kind not in PROPAGATIONS:
             raise InvalidConfigError(f"propagation kind must be 'sgc' or 'gpr', got {self.kind!r}")
         if integer_at_least("hops (K)", self.hops, 0) > MAX_HOPS:
             raise InvalidConfigError(
