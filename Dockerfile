@@ -19,17 +19,17 @@ WORKDIR /app
 RUN python -c "import torch" 2>/dev/null || pip install torch --index-url "${TORCH_INDEX}"
 
 # Dependencies first (cached while only the code changes), then the code, installed in place so that
-# alembic.ini and migrations/ sit next to the packages that read them.
+# alembic.ini and migrations/ sit next to the packages that read them. bench/ is not shipped (nor in the
+# wheel): the benchmarks run from a checkout.
 COPY pyproject.toml README.md ./
-RUN mkdir -p unlearning service workers bench && touch unlearning/__init__.py service/__init__.py \
-        workers/__init__.py bench/__init__.py \
-    && pip install -e '.[s3]' && rm -rf unlearning service workers bench
+RUN mkdir -p unlearning service workers && touch unlearning/__init__.py service/__init__.py \
+        workers/__init__.py \
+    && pip install -e '.[s3]' && rm -rf unlearning service workers
 COPY alembic.ini openapi.yaml ./
 COPY migrations ./migrations
 COPY unlearning ./unlearning
 COPY service ./service
 COPY workers ./workers
-COPY bench ./bench
 
 RUN useradd --create-home --uid 10001 lethe && mkdir -p /data && chown lethe /data
 USER lethe

@@ -49,9 +49,9 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
+from bench.baselines.gin import GINConfig, train_gin
 from unlearning.data import Dataset
 from unlearning.data.graphs import GraphCollection, NodeGraph, load_cora, load_imdb_binary, split_indices
-from unlearning.gin import GINConfig, train_gin
 from unlearning.methods import graph_classification_newton as gcn
 from unlearning.methods import graph_node_newton as gnn
 from unlearning.methods.newton_tabular import NewtonTabular

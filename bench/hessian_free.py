@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.baselines.newton_jackknife import InfluenceJackknife, NewtonStep
 from unlearning.audit.membership import loss_attack
 from unlearning.audit.verification import accuracy, loss_change_correlation, per_sample_losses
-from unlearning.baselines import InfluenceJackknife, NewtonStep
 from unlearning.data import Dataset, mnist_subsets
 from unlearning.device import default_device
 from unlearning.errors import UnlearningError

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.baselines.descent_to_delete import PAPER_TRAINING_ITERATIONS, DescentToDelete, training_iterations
 from unlearning.audit.verification import accuracy
-from unlearning.baselines_d2d import PAPER_TRAINING_ITERATIONS, DescentToDelete, training_iterations
 from unlearning.data import Dataset, load_mnist_idx, train_test_split
 from unlearning.device import default_device
 from unlearning.methods.langevin import Langevin, LogisticProblem
@@ -80,7 +80,7 @@ def accountant_ratios(n: int, lam: float, d: int, requests: int = 100) -> dict[s
     sequential single-sample requests at sigma = 0.03, (1, 1/n) -- a ratio of per-sample gradient counts
     since both touch every sample once per epoch / iteration. At the paper's scale (n = 11,264) this is
     the Fig. 3b comparison (digest A12, A13, A15)."""
-    from unlearning.baselines_d2d import D2DConstants, iterations_without_state, request_iterations
+    from bench.baselines.descent_to_delete import D2DConstants, iterations_without_state, request_iterations
 
     d2d = D2DConstants(0.25 + lam, lam, 1.0, d)
     I = iterations_without_state(d2d, EPSILON, 1.0 / n)

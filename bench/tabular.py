@@ -1,7 +1,7 @@
 """Model quality on tabular data the project does not tune for, through the service's HTTP API.
 
 ``python -m bench.tabular [--quick]`` builds a set of tabular classification problems, splits each 75/25
-(seeded, stratified), starts the service in embedded mode (``python -m service``: SQLite, in-process
+(seeded, stratified), starts the service in embedded mode (``python -m service``: its own Postgres, in-process
 worker) and, for every table method (``hessian_free``, ``langevin``, ``mini_unlearning``,
 ``newton_removal``), uploads the train rows as CSV (``POST /v1/datasets``), registers a model with no
 hyperparameters and the default release mode, waits until it is ready or failed, predicts the test rows

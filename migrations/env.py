@@ -27,8 +27,6 @@ def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        # SQLite cannot ALTER constraints; batch mode recreates the table instead.
-        render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
     )
     with context.begin_transaction():

@@ -24,7 +24,7 @@ _TIMEOUT_SECONDS = 5.0
 def problems(settings: Settings) -> list[str]:
     """One line per setting whose target cannot be used now (empty: all can), naming the variable."""
     checks: list[tuple[str, Callable[[], None]]] = []
-    if settings.mode == "embedded":  # its home: the SQLite file, generated keys, artifacts by default
+    if settings.mode == "embedded":  # its home: the embedded Postgres, generated keys, artifacts by default
         checks.append(("LETHE_VAR_DIR", lambda: _directory(settings.var_dir)))
     if settings.artifact_url is None:
         # unset, the artifacts live under LETHE_VAR_DIR
@@ -68,7 +68,7 @@ def _database(url: str) -> None:
     try:
         engine = make_engine(url, pool_size=1)
     except sa_exc.NoSuchModuleError:
-        raise ValueError(f"{shown}: unsupported database (use postgresql:// or sqlite:///)") from None
+        raise ValueError(f"{shown}: unsupported database (use postgresql://)") from None
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))

@@ -75,8 +75,7 @@ class Runtime:
 
         Postgres runs each statement of a READ COMMITTED transaction on what committed before the
         statement began; this one is ``REPEATABLE READ, READ ONLY``, every statement on what committed
-        before the first. SQLite needs nothing: every transaction begins with BEGIN IMMEDIATE
-        (service.db.engine), which keeps writers out until it ends.
+        before the first.
         """
         return UnitOfWork(self.sessions, snapshot=True)
 

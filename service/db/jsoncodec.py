@@ -11,7 +11,7 @@ What is stored never depends on the codec: where orjson would write something ot
 - orjson refuses integers beyond 64 bits and values the standard library handles in its own way: those
   are encoded by :func:`json.dumps`;
 - orjson writes NaN and infinities as ``null`` where :func:`json.dumps` writes ``NaN`` (which Postgres
-  rejects, and which SQLite stores): a value holding such a float is encoded by :func:`json.dumps`
+  rejects): a value holding such a float is encoded by :func:`json.dumps`
   (the service keeps them out of its columns: :func:`unlearning.serialization.json_safe`);
 - orjson reads only standard JSON (no ``NaN``): anything else is read by :func:`json.loads`;
 - orjson reads an integer beyond 64 bits as a float, silently (``-9223372036854775809`` becomes
@@ -44,7 +44,7 @@ def dumps_bytes(value: Any) -> bytes:
 
 
 def dumps_text(value: Any) -> str:
-    """``value`` as JSON text (SQLite stores JSON columns as TEXT)."""
+    """``value`` as JSON text (the manifest columns store it as TEXT)."""
     return dumps_bytes(value).decode()
 
 

@@ -32,7 +32,7 @@ def upgrade(engine: Engine) -> None:
 
 @cache
 def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    return ScriptDirectory.from_config(alembic_config("postgresql+psycopg://")).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -39,8 +39,8 @@ SUBJECTS_ERASED_EVENT = "dataset.subjects_erased"
 
 
 def partial(predicate: str) -> dict[str, Any]:
-    """The options of a partial index holding only the rows ``predicate`` names, on Postgres and SQLite."""
-    return {"postgresql_where": text(predicate), "sqlite_where": text(predicate)}
+    """The options of a partial index holding only the rows ``predicate`` names."""
+    return {"postgresql_where": text(predicate)}
 
 
 class Dataset(Base):

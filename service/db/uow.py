@@ -54,7 +54,7 @@ class UnitOfWork:
         self.idempotency = IdempotencyRepository(self.session)
         self.outbox = OutboxRepository(self.session)
         self.refs = ArtifactRefRepository(self.session)
-        if self._snapshot and self._on_postgres():
+        if self._snapshot:
             self.session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
         return self
 
@@ -65,15 +65,10 @@ class UnitOfWork:
         # them (rollback() would expire them), so the caller can still read what it loaded.
         self.session.close()
 
-    def _on_postgres(self) -> bool:
-        return self.session.get_bind().dialect.name == "postgresql"
-
-    def postgres_connection(self) -> Connection[Any] | None:
-        """The psycopg connection under this unit of work's transaction (None on SQLite), for the hot
-        path's plain statements (service.jobs.postgres_path). Whatever the session holds unflushed is
-        flushed first, so that those statements see it and run after it, as the session's own would."""
-        if not self._on_postgres():
-            return None
+    def postgres_connection(self) -> Connection[Any]:
+        """The psycopg connection under this unit of work's transaction, for the hot path's plain
+        statements (service.jobs.postgres_path). Whatever the session holds unflushed is flushed first, so
+        that those statements see it and run after it, as the session's own would."""
         self.session.flush()
         return cast(Connection[Any], self.session.connection().connection.driver_connection)
 
@@ -84,8 +79,7 @@ class UnitOfWork:
         (a later synchronous commit flushes it anyway), a message marked as published (it is published
         again). Never for data a client is told about.
         """
-        if self._on_postgres():
-            self.session.execute(text("SET LOCAL synchronous_commit = off"))
+        self.session.execute(text("SET LOCAL synchronous_commit = off"))
         return self
 
     def refresh_planner_statistics(self) -> None:
@@ -102,9 +96,8 @@ class UnitOfWork:
         Its lock conflicts with a running VACUUM (which an anti-wraparound one does not give up): past
         ``lock_timeout`` this raises instead of waiting for it.
         """
-        if self._on_postgres():
-            self.session.execute(text(f"SET LOCAL lock_timeout = '{_ANALYZE_LOCK_TIMEOUT}'"))
-            self.session.execute(text(f"ANALYZE {', '.join(_BULK_LOADED)}"))
+        self.session.execute(text(f"SET LOCAL lock_timeout = '{_ANALYZE_LOCK_TIMEOUT}'"))
+        self.session.execute(text(f"ANALYZE {', '.join(_BULK_LOADED)}"))
 
     def send_commit(self, conn: Connection[Any], begin_next: bool = False) -> bool:
         """In the caller's pipeline on :meth:`postgres_connection`, after its last statement: send the

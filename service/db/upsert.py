@@ -1,11 +1,11 @@
-"""Dialect-portable INSERT ... ON CONFLICT DO NOTHING (Postgres and SQLite both support it)."""
+"""INSERT ... ON CONFLICT DO NOTHING."""
 
 from __future__ import annotations
 
 from functools import cache
 from typing import Any
 
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import Insert
 
@@ -18,21 +18,18 @@ def insert_ignore(
     """Insert, skipping rows that violate a unique constraint; with ``returning`` (a column, or a tuple of
     columns), the inserted values (rows of a tuple for a tuple). Several rows go as one executemany of a
     cached statement, not a statement compiled for that many VALUES tuples."""
-    dialect = session.get_bind().dialect.name
     if returning is not None:
         columns = returning if isinstance(returning, tuple) else (returning,)
-        result = session.execute(_statement(dialect, entity, tuple(c.key for c in columns)), rows)
+        result = session.execute(_statement(entity, tuple(c.key for c in columns)), rows)
         return result.all() if isinstance(returning, tuple) else result.scalars().all()
     if rows:
-        session.execute(_statement(dialect, entity, ()), rows if isinstance(rows, list) else [rows])
+        session.execute(_statement(entity, ()), rows if isinstance(rows, list) else [rows])
     return None
 
 
 @cache
-def _statement(dialect: str, entity: type[Base], returning: tuple[str, ...]) -> Insert:
-    """The statement, built once per (dialect, table, returned columns) (service.db.base, "Statements
-    built once")."""
-    module = postgresql if dialect == "postgresql" else sqlite
-    stmt = module.insert(table(entity)).on_conflict_do_nothing()
+def _statement(entity: type[Base], returning: tuple[str, ...]) -> Insert:
+    """The statement, built once per (table, returned columns) (service.db.base, "Statements built once")."""
+    stmt = insert(table(entity)).on_conflict_do_nothing()
     columns = table(entity).c
     return stmt.returning(*(columns[name] for name in returning)) if returning else stmt

@@ -240,9 +240,10 @@ class DeletionIntake:
         with rt.uow() as uow:
             accept_for: Callable[[int], Callable[[list[DeletionIn]], list[Any]]]
             store: Callable[[list[tuple[str, str, int, dict[str, Any]]]], None]
-            conn = uow.postgres_connection()
-            if conn is not None and not any(has_graph_items(b) for s in firsts.values() for b in s.bodies):
-                submissions = PostgresSubmissions(conn, rt.hasher, rt.settings.deletion_sla_seconds)
+            if not any(has_graph_items(b) for s in firsts.values() for b in s.bodies):
+                submissions = PostgresSubmissions(
+                    uow.postgres_connection(), rt.hasher, rt.settings.deletion_sla_seconds
+                )
                 every = _by_model(list(firsts.values()))
                 claimed = submissions.read(
                     keys, now, expires, {m: _bodies(items) for m, items in every.items()}

@@ -10,17 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from service import metrics
-from service.audit.repository import ChainHead
-from service.audit.service import completions_chain, request_version_events
 from service.db.base import utcnow
 from service.db.tables import ModelVersion
-from service.deletions.repository import Completed
 from service.jobs.postgres_path import Completion, CompletionReads, RoundReads, complete_version
-from service.jobs.versions import serving_version
 from service.storage.artifacts import ArtifactStore
 
 if TYPE_CHECKING:
@@ -89,18 +85,16 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
     (which receipts sign) names a time at which the subject's blobs still existed. The collection lock
     comes after every row lock, so that no deadlock is possible: a writer holding it (shared) is inside
     its commit, waiting on no row lock, while a row lock this transaction waits for belongs to a writer
-    that has not reached that lock yet. On Postgres the same steps run as a few pipelined statements
+    that has not reached that lock yet. The steps run as a few pipelined statements
     (:func:`service.jobs.postgres_path.complete_version`).
     """
     with rt.uow() as uow:
         version = committed if committed is not None else uow.models.version(version_id)
         if version is None:
             return
-        conn = uow.postgres_connection()
-        if conn is not None:
-            done = _complete_on_postgres(conn, uow, rt, model_id, version, committed=committed is not None)
-        else:
-            done = _complete_portably(uow, rt, model_id, version)
+        done = _complete_on_postgres(
+            uow.postgres_connection(), uow, rt, model_id, version, committed=committed is not None
+        )
         _commit_completion(uow, done)
 
 
@@ -118,10 +112,8 @@ def finish_sent(
     next round's reads with the completion's COMMIT, in a new transaction of ``uow``
     (:func:`service.jobs.postgres_path.complete_version`); returns them, and ``uow`` is then left in
     that transaction, for the next round (None: the completion committed as usual)."""
-    conn = uow.postgres_connection()
-    assert conn is not None  # the reads were sent on it
     done = _complete_on_postgres(
-        conn, uow, rt, model_id, version, committed=True, reads=reads, next_round=next_round
+        uow.postgres_connection(), uow, rt, model_id, version, committed=True, reads=reads, next_round=next_round
     )
     if done is not None and done.next_round is not None:
         _observe(done)  # committed with its last round trip; the transaction now is the next round's
@@ -166,49 +158,6 @@ def _commit_completion(uow: UnitOfWork, done: Completion | None) -> None:
 def _observe(done: Completion) -> None:
     for request in done.requests:
         metrics.observe_completed(request.created_at, done.at)
-
-
-def _complete_portably(
-    uow: UnitOfWork, rt: Runtime, model_id: int, version: ModelVersion
-) -> Completion | None:
-    """:func:`service.jobs.postgres_path.complete_version` through the repositories (SQLite)."""
-    current_id = uow.models.current_version_id(model_id)
-    if current_id is None:
-        return None
-    publish(rt, model_id, serving_version(uow, version, current_id))
-    requests = uow.deletions.lock_applied(model_id, version.id)
-    head = uow.audit.lock_chain(completions_chain(model_id)) if requests else None
-    collect_garbage(uow, rt, version.garbage)
-    now = utcnow()
-    _complete(uow, model_id, version.id, version.seq, requests, now, head)
-    return Completion(requests, now)
-
-
-def _complete(
-    uow: UnitOfWork,
-    model_id: int,
-    version_id: int,
-    seq: int,
-    requests: list[Completed],
-    now: datetime,
-    head: ChainHead | None,
-) -> None:
-    """Mark the version's applied (and locked) requests completed (their plaintext subject ids go with
-    the state change: nothing needs them any more), queue their callbacks, append their audit events
-    (``head``: the model chain's head, locked earlier in the transaction)."""
-    if not requests:
-        return
-    uow.deletions.mark_completed([r.id for r in requests], now)
-    uow.deletions.add_events([(r.id, "completed", now, None) for r in requests])
-    called = [r.id for r in requests if r.callback_url]
-    uow.deletions.set_state(called, callback_state="pending")
-    for request_id in called:
-        uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
-    uow.audit.append_many(
-        completions_chain(model_id),
-        request_version_events("deletion.completed", model_id, version_id, seq, [r.id for r in requests]),
-        head,
-    )
 
 
 def finish_stalled(rt: Runtime, model_id: int, older_than_seconds: float) -> None:

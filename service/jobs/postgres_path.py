@@ -19,10 +19,10 @@ for the completion (its reads, then its writes and COMMIT). While a drain keeps 
 followed in its round trip by the next step's reads (the completion's after the round's, the next
 round's after the completion's), so a round and its completion take three round trips between them.
 
-The values written are those of the portable path (:func:`service.jobs.versions.record_version`,
-:func:`~service.jobs.versions.erase_from_source`, :func:`service.jobs.updates.record_erasure`,
-:func:`service.jobs.updates.mark_applied`), computed by the same helpers; SQLite keeps that path.
-``tests/integration`` runs every deletion scenario on Postgres, so through this module.
+The values written are those a retrain writes through the repositories
+(:func:`service.jobs.versions.record_version`, :func:`~service.jobs.versions.erase_from_source`,
+:func:`service.jobs.updates.record_erasure`, :func:`service.jobs.updates.mark_applied`), computed by
+the same helpers.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Deletion updates: drain every queued request of a model into one new version.
 
-One update, under the model lock (``SELECT ... FOR NO KEY UPDATE`` on the model row; BEGIN IMMEDIATE
-on SQLite):
+One update, under the model lock (``SELECT ... FOR NO KEY UPDATE`` on the model row):
 
 1. read the queued requests (locked, oldest first) and the current version's state;
 2. take the longest prefix of requests the budget policy allows (``method.must_retrain``); the rest
@@ -20,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -51,12 +50,12 @@ from service.jobs.state import (
     policy_of,
     privacy_of,
 )
-from service.jobs.versions import Release, erase_from_source, record_version, release_after_forget
+from service.jobs.versions import Release, release_after_forget
 from service.storage.refs import rewrite_if_collected
 from service.storage.statistics import HotStoreLost, RedisSampleStatistics
 from unlearning.data import Dataset
 from unlearning.errors import UnlearningError
-from unlearning.methods.protocol import ForgetOutcome, ForgetRequest, MethodState, UnlearningMethod
+from unlearning.methods.protocol import ForgetOutcome, MethodState, UnlearningMethod
 from unlearning.methods.registry import get_method
 
 if TYPE_CHECKING:
@@ -363,20 +362,12 @@ def _observe_round(started: float, requests: Sequence[DeletionRequest]) -> None:
 
 def _lock_round(rt: Runtime, uow: UnitOfWork, model_id: int, sent: RoundReads | None = None) -> LockedRound:
     """The model locked, its queued requests (locked, oldest first, none unless the model takes
-    updates) and its current version: one pipelined round trip on Postgres
+    updates) and its current version: one pipelined round trip
     (:func:`service.jobs.postgres_path.lock_round`), none when the previous round's completion ``sent``
-    the reads already, the repositories elsewhere."""
+    the reads already."""
     if sent is not None:
         return read_round(uow.session, sent)
-    conn = uow.postgres_connection()
-    if conn is not None:
-        return lock_round(conn, uow.session, model_id, rt.settings.max_batch, rt.manifests)
-    model = uow.models.lock(model_id)
-    if model is None or model.status != "ready" or model.current_version_id is None:
-        return LockedRound(model, [], None)
-    requests = uow.deletions.in_states(model_id, ["queued"], limit=rt.settings.max_batch)
-    version = uow.models.version(model.current_version_id) if requests else None
-    return LockedRound(model, requests, version)
+    return lock_round(uow.postgres_connection(), uow.session, model_id, rt.settings.max_batch, rt.manifests)
 
 
 def _budget_prefix(
@@ -548,13 +539,6 @@ def _record_update(
             load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics, release.snapshot)
 
     conn = uow.postgres_connection()
-    if conn is None:
-        release = release_blobs()
-        version = _record_portably(
-            rt, uow, model, release, batch, forgotten, emptied, request, charge, claimed_at, created
-        )
-        move_hot_statistics()
-        return RecordedVersion(version, None)
     with conn.pipeline():
         # The reads the writes need go first, and the blobs are written while Postgres answers them;
         # the hot statistics move while it executes the writes (bench/README.md, item 31).
@@ -566,61 +550,6 @@ def _record_update(
     return record_unlearned_version(
         conn, uow, rt.cache, rt.hasher, unlearned, reads, created, rt.manifests, move_hot_statistics
     )
-
-
-def _record_portably(
-    rt: Runtime,
-    uow: UnitOfWork,
-    model: Model,
-    release: Release,
-    batch: Batch,
-    forgotten: dict[str, str],
-    emptied: set[str],
-    request: ForgetRequest,
-    charge: dict[str, Any],
-    claimed_at: Any,
-    created: Callable[[int, int], dict[str, Any]],
-) -> ModelVersion:
-    """:func:`service.jobs.postgres_path.record_unlearned_version` through the repositories (SQLite)."""
-    garbage = erase_from_source(
-        uow,
-        rt.cache,
-        model,
-        forgotten,
-        old_training=model.training,
-        new_training=release.training,
-        request=request,
-    )
-    version = record_version(
-        uow,
-        model,
-        release,
-        kind="unlearned",
-        budget_epoch=model.budget_epoch,
-        num_forgotten=len(forgotten),
-        request_count=len(batch.plans),
-        garbage=garbage,
-    )
-    uow.ledger.add(
-        model_id=model.id,
-        budget_epoch=model.budget_epoch,
-        kind="charge",
-        version_id=version.id,
-        deletions=len(forgotten),
-        **charge,
-    )
-    record_erasure(rt, uow, model, batch, forgotten, budget_epoch=model.budget_epoch, emptied=emptied)
-    mark_applied(
-        uow,
-        model.id,
-        [p.request for p in batch.plans],
-        version.id,
-        claimed_at,
-        version.seq,
-        created(version.id, version.seq),
-    )
-    uow.session.flush()  # surface any constraint violation before Redis is touched
-    return version
 
 
 def record_erasure(

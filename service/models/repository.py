@@ -77,8 +77,7 @@ class ModelRepository:
         ``FOR NO KEY UPDATE`` (``key_share=True``) rather than plain ``FOR UPDATE``: it serialises
         the updaters of a model just the same, but does not block the ``FOR KEY SHARE`` lock that
         inserting a deletion request (a foreign key to the model) takes, so the API keeps accepting
-        requests while a worker holds the model. SQLite has no row locks; there every transaction
-        begins with BEGIN IMMEDIATE, which serialises all writers (service/db/engine.py).
+        requests while a worker holds the model.
         """
         return self.session.execute(_LOCK_MODEL, {"model_id": model_id}).scalar_one_or_none()
 

@@ -58,7 +58,7 @@ class OutboxRepository:
 
     def claim_due(self, now: datetime, limit: int) -> list[OutboxMessage]:
         # SKIP LOCKED lets several dispatchers (API and worker processes) share the outbox without
-        # sending a message twice; SQLite ignores it (one process, one writer).
+        # sending a message twice.
         stmt = (
             select(OutboxMessage)
             .where(OutboxMessage.dispatched_at.is_(None), OutboxMessage.available_at <= now)

@@ -32,8 +32,7 @@ T = TypeVar("T")
 _ATTEMPTS = 3
 
 # One Postgres advisory lock (an arbitrary 63-bit key, "lethe-gc" in ASCII) orders collectors and
-# writers across processes. SQLite needs none: every transaction there begins with BEGIN IMMEDIATE
-# (service.db.engine), which already serialises a collector's transaction with a writer's.
+# writers across processes.
 COLLECTION_LOCK_KEY = 0x6C657468652D6763
 
 # Every update and completion runs these: built once (service.db.base, "Statements built once").
@@ -75,8 +74,7 @@ class ArtifactRefRepository:
         self._lock("pg_advisory_xact_lock")
 
     def _lock(self, function: str) -> None:
-        if self.session.get_bind().dialect.name == "postgresql":
-            self.session.execute(_LOCKS[function], {"key": COLLECTION_LOCK_KEY})
+        self.session.execute(_LOCKS[function], {"key": COLLECTION_LOCK_KEY})
 
     def release(self, holder: str, blobs: Iterable[str] | None = None) -> set[str]:
         """Drop ``holder``'s references (all of them, or only to ``blobs``); returns the blobs released."""

@@ -1,4 +1,6 @@
-"""The embedded app (SQLite, fakeredis, in-process worker) for the contract tests: no servers needed."""
+"""The embedded app (fakeredis, in-process worker) for the contract tests, each on a fresh database of
+the machine's Postgres (tests.databases) rather than an embedded server of its own, which would cost a
+server start and a migration per app."""
 
 from __future__ import annotations
 
@@ -18,10 +20,19 @@ from service.db.tables import Model
 from service.queue import InProcessQueue
 from service.runtime import Runtime
 from service.settings import Settings
+from tests.databases import fresh_database_url
 
 
 def embedded_runtime_in(var: Path) -> Runtime:
-    return Runtime(Settings(mode="embedded", var_dir=var, demo_model=False, max_upload_bytes=256 * 1024))
+    return Runtime(
+        Settings(
+            mode="embedded",
+            var_dir=var,
+            database_url=fresh_database_url(),
+            demo_model=False,
+            max_upload_bytes=256 * 1024,
+        )
+    )
 
 
 def train_small_model(client: TestClient) -> None:

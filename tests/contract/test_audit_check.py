@@ -95,7 +95,12 @@ def test_a_ledger_or_served_weights_that_disagree_with_the_versions_fail_the_che
     assert "model 1:" not in capsys.readouterr().out.replace("model:1", "")
 
     with runtime.uow() as uow:  # the ledger charged less than the certificate says, and overspent
-        uow.session.execute(text("PRAGMA ignore_check_constraints = ON"))  # as a service that dropped it would
+        # as a service that dropped the ledger's cap check would
+        table = LedgerEntry.__tablename__
+        (constraint,) = uow.session.scalars(
+            text(f"SELECT conname FROM pg_constraint WHERE conrelid = '{table}'::regclass AND contype = 'c'")
+        )
+        uow.session.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT "{constraint}"'))
         entry = uow.session.scalars(select(LedgerEntry).where(LedgerEntry.kind == "charge")).one()
         entry.charge, entry.spent = entry.charge / 2, entry.budget_cap * 2
         uow.commit()

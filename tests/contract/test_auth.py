@@ -15,6 +15,7 @@ from service.app import create_app
 from service.audit.check import check
 from service.runtime import Runtime
 from service.settings import Settings
+from tests.databases import fresh_database_url
 
 TOKENS = ("a" * 24, "second-token-0123456789")
 READ_TOKEN = "auditor-token-0123456789"
@@ -24,7 +25,7 @@ READ_TOKEN = "auditor-token-0123456789"
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     var: Path = tmp_path_factory.mktemp("lethe-auth")
     settings = Settings(
-        mode="embedded", var_dir=var, demo_model=False, api_tokens=" , ".join(TOKENS), read_tokens=READ_TOKEN
+        mode="embedded", var_dir=var, database_url=fresh_database_url(), demo_model=False, api_tokens=" , ".join(TOKENS), read_tokens=READ_TOKEN
     )
     with TestClient(create_app(runtime=Runtime(settings))) as client:
         yield client

@@ -7,6 +7,7 @@ import importlib.util
 import re
 import shutil
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,17 @@ def test_dockerfile_runs_the_api() -> None:
     for path in re.findall(r"^COPY (\S+) ", text, re.MULTILINE):
         if not path.startswith("--"):
             assert (ROOT / path).exists(), f"Dockerfile copies {path}, which does not exist"
+
+
+def test_the_wheel_ships_the_service_not_the_benchmarks() -> None:
+    """``bench`` (the benchmarks and their baselines) runs from a checkout; the wheel and the image hold
+    the library, the service and the workers only."""
+    from setuptools import find_namespace_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = find_namespace_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
+    assert {p.split(".")[0] for p in packages} == {"unlearning", "service", "workers"}
+    assert not re.search(r"^COPY bench\b", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
 
 
 _NO_CUDA_PROBE = """

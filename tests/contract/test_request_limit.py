@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.runtime import Runtime
 from service.settings import Settings
+from tests.databases import fresh_database_url
 
 LIMIT = 4096
 
@@ -20,7 +21,7 @@ LIMIT = 4096
 @pytest.fixture(scope="module")
 def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     var: Path = tmp_path_factory.mktemp("lethe-limits")
-    settings = Settings(mode="embedded", var_dir=var, demo_model=False, max_request_bytes=LIMIT)
+    settings = Settings(mode="embedded", var_dir=var, database_url=fresh_database_url(), demo_model=False, max_request_bytes=LIMIT)
     with TestClient(create_app(runtime=Runtime(settings))) as client:
         yield client
 

@@ -13,6 +13,7 @@ from service.settings import Settings
 from service.storage.buckets import bucket_of
 from service.storage.s3 import S3ArtifactStore
 from tests.contract.conftest import forget_owner, train_small_model
+from tests.databases import fresh_database_url
 from tests.s3_server import S3Server
 
 
@@ -22,6 +23,7 @@ def test_a_deletion_erases_the_owner_s_blobs_from_the_bucket(tmp_path: Path, s3:
         Settings(
             mode="embedded",
             var_dir=tmp_path,
+            database_url=fresh_database_url(),
             demo_model=False,
             artifact_url=f"s3://{bucket}/lethe",
             s3_endpoint_url=s3.endpoint_url,

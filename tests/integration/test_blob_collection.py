@@ -23,16 +23,17 @@ from service.runtime import Runtime
 from service.settings import Settings
 from service.storage.artifacts import BlobVanished
 from service.storage.refs import rewrite_if_collected
+from tests.databases import fresh_database_url
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
+@pytest.fixture(params=["production", "embedded"])
 def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runtime]:
-    if request.param == "postgres":
+    if request.param == "production":
         yield request.getfixturevalue("runtime")
         return
-    rt = Runtime(Settings(mode="embedded", var_dir=tmp_path, demo_model=False))
+    rt = Runtime(Settings(mode="embedded", var_dir=tmp_path, database_url=fresh_database_url(), demo_model=False))
     rt.migrate()
     yield rt
     rt.engine.dispose()

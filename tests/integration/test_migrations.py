@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -67,15 +65,10 @@ def _downgrade_to(engine: sa.Engine, revision: str) -> None:
         command.downgrade(cfg, revision)
 
 
-@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
-def test_0003_gives_existing_datasets_the_kind_their_manifest_names(backend: str, tmp_path: Path) -> None:
+def test_0003_gives_existing_datasets_the_kind_their_manifest_names() -> None:
     """Rows written before 0003 kept the kind only in the manifest; the migration copies it to the column."""
     token = new_token()
-    with (
-        postgres_database(f"lethe_migration_{token}")
-        if backend == "postgresql"
-        else nullcontext(f"sqlite:///{tmp_path / 'lethe.db'}") as url
-    ):
+    with postgres_database(f"lethe_migration_{token}") as url:
         engine = make_engine(url)
         try:
             _upgrade_to(engine, "0002")

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from unlearning.baselines import (
+from bench.baselines.newton_jackknife import (
     InfluenceJackknife,
     NewtonStep,
     _solve_spd,

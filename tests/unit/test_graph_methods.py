@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from bench.baselines.gin import GINConfig, train_gin
 from unlearning.data import Dataset, make_synthetic
 from unlearning.data.graphs import Graph, GraphCollection, NodeGraph
 from unlearning.errors import (
@@ -19,7 +20,6 @@ from unlearning.errors import (
     UnknownSampleError,
     UnsupportedRequestError,
 )
-from unlearning.gin import GINConfig, train_gin
 from unlearning.methods import graph_classification_newton as gcn
 from unlearning.methods import graph_node_newton as gnn
 from unlearning.methods.protocol import BudgetPolicy, ForgetRequest, MethodState, PrivacyTarget

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from unlearning.baselines_d2d import DescentToDelete, request_iterations
+from bench.baselines.descent_to_delete import DescentToDelete, request_iterations
 from unlearning.data import Dataset, make_synthetic
 from unlearning.errors import (
     AlreadyDeletedError,
@@ -27,12 +27,12 @@ from unlearning.errors import (
 from unlearning.methods.langevin import Langevin, LogisticProblem, project
 from unlearning.methods.protocol import BudgetPolicy, ForgetRequest, MethodState, PrivacyTarget
 from unlearning.methods.registry import get_method
+from unlearning.methods.table_model import TableModel
 from unlearning.models import build_model
 from unlearning.privacy import langevin_accountant as acc
-from unlearning.tables.method import TableModel
 
 PRIVACY = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="certified")
-CONFIG = {"batch_size": 16, "l2": 0.05, "sigma": 0.02}
+CONFIG = {"batch_size": 16, "l2": 0.05, "sigma": 0.02, "intercept": False}
 
 
 def _unit_rows(data: Dataset) -> Dataset:
@@ -47,7 +47,7 @@ def binary() -> Dataset:
 
 @pytest.fixture(scope="module")
 def method() -> Langevin:
-    """The method itself, as the registry wraps it for tables (unlearning.tables.method.TableModel)."""
+    """The method itself, as the registry wraps it for tables (unlearning.methods.table_model.TableModel)."""
     m = get_method("langevin")
     assert isinstance(m, TableModel) and isinstance(m.inner, Langevin)
     return m.inner
@@ -374,8 +374,9 @@ def test_a_remaining_dataset_that_is_not_the_training_data_is_refused(
     with pytest.raises(DimensionMismatchError, match="12 features"):
         _forget(method, fitted, wide, binary.sample_ids[0])
     big = Dataset(binary.sample_ids, binary.owner_ids, binary.features * 3, binary.labels, 2)
+    declared = method.fit(binary, {**CONFIG, "feature_bound": 1.0}, PRIVACY, seed=3)[0]  # a declared bound
     with pytest.raises(InvalidDatasetError, match="above the model's feature bound"):
-        _forget(method, fitted, big, binary.sample_ids[0])
+        _forget(method, declared, big, binary.sample_ids[0])
 
 
 @pytest.mark.parametrize(

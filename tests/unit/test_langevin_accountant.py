@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from unlearning.baselines_d2d import (
+from bench.baselines.descent_to_delete import (
     D2DConstants,
     iterations_without_state,
     request_iterations,

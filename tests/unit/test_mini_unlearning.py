@@ -29,8 +29,8 @@ from unlearning.methods import mini_unlearning
 from unlearning.methods.mini_unlearning import MiniUnlearning, exact_replay, sgd_config
 from unlearning.methods.protocol import BudgetPolicy, ForgetRequest, MethodState, PrivacyTarget
 from unlearning.methods.registry import get_method
+from unlearning.methods.table_model import TableModel
 from unlearning.models import build_model
-from unlearning.tables.method import TableModel
 from unlearning.training import BatchSchedule
 
 AUDITED = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="audited")
@@ -54,7 +54,7 @@ def data() -> Dataset:
 
 @pytest.fixture(scope="module")
 def method() -> MiniUnlearning:
-    """The method itself, as the registry wraps it for tables (unlearning.tables.method.TableModel)."""
+    """The method itself, as the registry wraps it for tables (unlearning.methods.table_model.TableModel)."""
     found = get_method("mini_unlearning")
     assert isinstance(found, TableModel) and isinstance(found.inner, MiniUnlearning)
     return found.inner

@@ -11,7 +11,7 @@ from unlearning.data import Dataset
 from unlearning.errors import DimensionMismatchError, InvalidConfigError
 from unlearning.methods.protocol import ForgetRequest, PrivacyTarget
 from unlearning.methods.registry import get_method
-from unlearning.tables.method import TableModel, transform_of
+from unlearning.methods.table_model import TableModel, transform_of
 from unlearning.tables.quality import QualityReport, Verdict, judge, quality_problem
 from unlearning.tables.transform import FeatureTransform, Scaling, StatisticsSource, plan_scaling
 

@@ -12,14 +12,14 @@ _METHODS: dict[str, UnlearningMethod] = {}
 
 def register(method: UnlearningMethod) -> UnlearningMethod:
     """Make ``method`` known by its name. A method that trains on tables is registered with its feature
-    scaling and quality report (:class:`unlearning.tables.method.TableModel`)."""
-    from unlearning.tables.method import TableModel, trains_on_tables
+    scaling and quality report (:class:`unlearning.methods.table_model.TableModel`)."""
+    from unlearning.methods.table_model import TableModel, trains_on_tables
 
     _METHODS[method.name] = TableModel(method) if trains_on_tables(method) else method  # type: ignore[assignment]
     return method
 
 
-_SUPPORT_MODULES = frozenset({"hyperparameters", "protocol", "registry", "statistics"})
+_SUPPORT_MODULES = frozenset({"hyperparameters", "table_model", "protocol", "registry", "statistics"})
 _discovered = False
 _discovering = threading.Lock()
 

