@@ -22,14 +22,15 @@ RUN python -c "import torch" 2>/dev/null || pip install torch --index-url "${TOR
 # alembic.ini and migrations/ sit next to the packages that read them. bench/ is not shipped (nor in the
 # wheel): the benchmarks run from a checkout.
 COPY pyproject.toml README.md ./
-RUN mkdir -p unlearning service workers && touch unlearning/__init__.py service/__init__.py \
-        workers/__init__.py \
-    && pip install -e '.[s3]' && rm -rf unlearning service workers
+RUN mkdir -p unlearning service workers lethe_cli && touch unlearning/__init__.py service/__init__.py \
+        workers/__init__.py lethe_cli/__init__.py \
+    && pip install -e '.[s3]' && rm -rf unlearning service workers lethe_cli
 COPY alembic.ini openapi.yaml ./
 COPY migrations ./migrations
 COPY unlearning ./unlearning
 COPY service ./service
 COPY workers ./workers
+COPY lethe_cli ./lethe_cli
 
 RUN useradd --create-home --uid 10001 lethe && mkdir -p /data && chown lethe /data
 USER lethe

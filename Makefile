@@ -21,7 +21,7 @@ run: install
 
 # The linter and the type checker first (about 30 s): a type error fails CI like a failing test.
 test: install
-	$(PY) -m ruff check unlearning service workers bench tests
+	$(PY) -m ruff check unlearning service workers lethe_cli bench tests
 	$(PY) -m mypy
 	bash ops/ensure-services.sh
 	$(PY) -m pytest
@@ -36,7 +36,7 @@ openapi: install
 	$(PY) -m service.openapi > openapi.yaml
 
 lint: install
-	$(PY) -m ruff check unlearning service workers bench tests
+	$(PY) -m ruff check unlearning service workers lethe_cli bench tests
 
 typecheck: install
 	$(PY) -m mypy  # the packages in pyproject's [tool.mypy]: unlearning, service, workers, bench

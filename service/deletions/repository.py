@@ -23,28 +23,6 @@ _INSERT_SUBJECTS = insert(table(RequestSubject))
 _ANY_QUEUED = select(
     exists().where(_requests.model_id == bindparam("model_id"), _requests.state == "queued")
 )
-_LOCK_APPLIED = (
-    select(_requests.id, _requests.callback_url, _requests.created_at)
-    .where(
-        _requests.model_id == bindparam("model_id"),
-        _requests.state == "applied",
-        _requests.version_id == bindparam("version_id"),
-    )
-    .order_by(_requests.id)
-    .with_for_update()
-)
-_MARK_COMPLETED = (
-    update(table(DeletionRequest))
-    .where(_requests.id.in_(bindparam("ids", expanding=True)))
-    .values(
-        state="completed",
-        completed_at=bindparam("at"),
-        subjects=None,
-        updated_at=bindparam("at"),
-    )
-)
-
-
 @cache
 def _in_states(lock: bool, limited: bool) -> Select[DeletionRequest]:
     """:meth:`DeletionRepository.in_states`'s statement, built once per form."""
@@ -107,18 +85,6 @@ class DeletionRepository:
             self.session.execute(
                 _set_state(tuple(sorted(values))), {**params, "ids": list(request_ids), "b_now": utcnow()}
             )
-
-    def lock_applied(self, model_id: int, version_id: int) -> list[Completed]:
-        """The model's requests applied in ``version_id``, locked until the transaction ends; what the
-        completion step needs of them, oldest first."""
-        rows = self.session.execute(_LOCK_APPLIED, {"model_id": model_id, "version_id": version_id})
-        return [Completed(*row) for row in rows]
-
-    def mark_completed(self, request_ids: Sequence[int], at: datetime) -> None:
-        """The requests (locked by :meth:`lock_applied`) become completed at ``at``, their plaintext
-        subject ids dropped, in one UPDATE."""
-        if request_ids:
-            self.session.execute(_MARK_COMPLETED, {"ids": list(request_ids), "at": at})
 
     def get(self, request_id: int) -> DeletionRequest | None:
         return self.session.get(DeletionRequest, request_id, populate_existing=True)

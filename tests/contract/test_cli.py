@@ -1,4 +1,4 @@
-"""``lethe``, the command line (service.cli): its arguments and exit statuses against a mock API, then the
+"""``lethe``, the command line (lethe_cli): its arguments and exit statuses against a mock API, then the
 whole flow of the README's "Command line" against ``python -m service`` started as ``make run`` starts it.
 
 Exit statuses: 0 ok, 1 a check failed, 2 usage, 3 the API refused (4xx), 4 no usable answer."""
@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from bench.stack import api_process
-from service.cli import main
-from service.cli.commands.models import hyperparameter, model_body
+from lethe_cli import main
+from lethe_cli.commands.models import hyperparameter, model_body
 from service.receipts.signing import ReceiptSigner, b64url, new_seed, parse_seed
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -415,7 +415,7 @@ def test_receipt_verify_exits_1_when_the_signature_does_not_hold(
 # -- end to end -----------------------------------------------------------------------------------
 
 _SCRIPT = Path(sys.executable).parent / "lethe"
-LETHE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "service.cli"]
+LETHE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "lethe_cli"]
 
 
 def write_table(path: Path, rows: int = 60) -> None:
@@ -561,4 +561,4 @@ def test_the_package_installs_the_lethe_console_script() -> None:
     (script,) = entry_points(group="console_scripts", name="lethe") or [None]
     if script is None:
         pytest.skip("the package is installed without its scripts: pip install -e .")
-    assert script.value == "service.cli:main" and script.load() is main
+    assert script.value == "lethe_cli:main" and script.load() is main

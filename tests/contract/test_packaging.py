@@ -76,12 +76,12 @@ def test_dockerfile_runs_the_api() -> None:
 
 def test_the_wheel_ships_the_service_not_the_benchmarks() -> None:
     """``bench`` (the benchmarks and their baselines) runs from a checkout; the wheel and the image hold
-    the library, the service and the workers only."""
+    the library, the service, the workers and the ``lethe`` command line only."""
     from setuptools import find_namespace_packages
 
     find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     packages = find_namespace_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
-    assert {p.split(".")[0] for p in packages} == {"unlearning", "service", "workers"}
+    assert {p.split(".")[0] for p in packages} == {"unlearning", "service", "workers", "lethe_cli"}
     assert not re.search(r"^COPY bench\b", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
 
 

@@ -1,10 +1,10 @@
-"""``python -m service.cli``: the ``lethe`` command."""
+"""``python -m lethe_cli``: the ``lethe`` command."""
 
 from __future__ import annotations
 
 import sys
 
-from service.cli.main import main
+from lethe_cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,15 +7,15 @@ from typing import Any
 
 import httpx
 
-from service.cli.errors import Unreachable, refusal
+from lethe_cli.errors import Unreachable, refusal
 
 USER_AGENT = "lethe-cli"
 
 
 class Api:
     """A client of the service at ``url``: 2xx answers decoded from JSON; a 4xx raises
-    :class:`~service.cli.errors.Refused`, a 5xx or an answer that is not JSON
-    :class:`~service.cli.errors.Unreachable` (httpx's own errors propagate: the caller maps them)."""
+    :class:`~lethe_cli.errors.Refused`, a 5xx or an answer that is not JSON
+    :class:`~lethe_cli.errors.Unreachable` (httpx's own errors propagate: the caller maps them)."""
 
     def __init__(
         self, url: str, token: str | None, timeout: float, transport: httpx.BaseTransport | None = None

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
+from lethe_cli.commands import Commands, add_command
+from lethe_cli.context import Context
+from lethe_cli.errors import CHECK_FAILED, OK, UsageError
 from service.audit.options import add_options
-from service.cli.commands import Commands, add_command
-from service.cli.context import Context
-from service.cli.errors import CHECK_FAILED, OK, UsageError
 
 DESCRIPTION = """Check the audit log without trusting the service: every event of every chain (--chain:
 those only; --model: one model's) is read over the API and its hash recomputed here, each chain's end

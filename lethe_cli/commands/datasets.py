@@ -10,9 +10,9 @@ from typing import Any
 from tqdm import tqdm
 from tqdm.utils import CallbackIOWrapper
 
-from service.cli.commands import Commands, add_command
-from service.cli.context import Context
-from service.cli.errors import OK, UsageError
+from lethe_cli.commands import Commands, add_command
+from lethe_cli.context import Context
+from lethe_cli.errors import OK, UsageError
 
 # The upload's query parameters: (option, parameter, help); the last two are integers.
 _PARAMETERS = (

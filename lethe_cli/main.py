@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 import httpx
 
-from service.cli.api import Api, decode
-from service.cli.commands import audit, datasets, deletions, models, receipts
-from service.cli.context import Context
-from service.cli.errors import EXIT_CODES, INTERRUPTED, REFUSED, UNREACHABLE, USAGE, CliError, Refused
-from service.cli.output import Output
+from lethe_cli.api import Api, decode
+from lethe_cli.commands import audit, datasets, deletions, models, receipts
+from lethe_cli.context import Context
+from lethe_cli.errors import EXIT_CODES, INTERRUPTED, REFUSED, UNREACHABLE, USAGE, CliError, Refused
+from lethe_cli.output import Output
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT = 30.0

@@ -7,10 +7,10 @@ import json
 import textwrap
 from typing import Any
 
-from service.cli.commands import Commands, add_command
-from service.cli.context import Context
-from service.cli.errors import CHECK_FAILED, OK
-from service.cli.follow import watch_model
+from lethe_cli.commands import Commands, add_command
+from lethe_cli.context import Context
+from lethe_cli.errors import CHECK_FAILED, OK
+from lethe_cli.follow import watch_model
 
 
 def register(commands: Commands, common: argparse.ArgumentParser) -> None:

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from service.cli.api import Api
-from service.cli.output import Output
+from lethe_cli.api import Api
+from lethe_cli.output import Output
 
 
 @dataclass

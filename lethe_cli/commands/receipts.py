@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.commands import Commands, add_command
-from service.cli.context import Context
-from service.cli.errors import CHECK_FAILED, OK, UsageError
+from lethe_cli.commands import Commands, add_command
+from lethe_cli.context import Context
+from lethe_cli.errors import CHECK_FAILED, OK, UsageError
 
 
 def register(commands: Commands, common: argparse.ArgumentParser) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.cli.context import Context
-from service.cli.output import BAR
+from lethe_cli.context import Context
+from lethe_cli.output import BAR
 
 MODEL_ENDS = ("ready", "failed", "deleted")
 DELETION_ENDS = ("completed", "failed", "canceled")

@@ -1,9 +1,9 @@
 """``lethe``, the command line of the Lethe API (installed as a console script; also
-``python -m service.cli``). It talks HTTP to a running service; ``lethe --help`` lists the commands
+``python -m lethe_cli``). It talks HTTP to a running service; ``lethe --help`` lists the commands
 and the exit statuses."""
 
 from __future__ import annotations
 
-from service.cli.main import main
+from lethe_cli.main import main
 
 __all__ = ["main"]

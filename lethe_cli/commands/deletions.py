@@ -6,10 +6,10 @@ import argparse
 import uuid
 from typing import Any
 
-from service.cli.commands import Commands, add_command
-from service.cli.context import Context
-from service.cli.errors import CHECK_FAILED, OK, UsageError
-from service.cli.follow import follow_deletion, history_line
+from lethe_cli.commands import Commands, add_command
+from lethe_cli.context import Context
+from lethe_cli.errors import CHECK_FAILED, OK, UsageError
+from lethe_cli.follow import follow_deletion, history_line
 
 
 def register(commands: Commands, common: argparse.ArgumentParser) -> None:
