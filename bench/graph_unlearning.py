@@ -51,7 +51,11 @@ from threadpoolctl import threadpool_limits
 
 from bench.baselines.gin import GINConfig, train_gin
 from unlearning.data import Dataset
-from unlearning.data.graphs import GraphCollection, NodeGraph, load_cora, load_imdb_binary, split_indices
+from unlearning.data.graphs.collection import GraphCollection
+from unlearning.data.graphs.node_graph import NodeGraph
+from unlearning.data.graphs.planetoid import load_cora
+from unlearning.data.graphs.tu import load_imdb_binary
+from unlearning.data.splits import split_indices
 from unlearning.methods import graph_classification_newton as gcn
 from unlearning.methods import graph_node_newton as gnn
 from unlearning.methods.newton_tabular import NewtonTabular

@@ -833,11 +833,12 @@ class NewtonConfig:
         return {k: getattr(self, k) for k in _NEWTON_KEYS}
 
 
-def newton_hyperparameters() -> tuple[HyperParameter, ...]:
-    """The declarations of :class:`NewtonConfig`'s keys, as its ``__post_init__`` checks them."""
+def newton_hyperparameters(lam_derived: str = "") -> tuple[HyperParameter, ...]:
+    """The declarations of :class:`NewtonConfig`'s keys, as its ``__post_init__`` checks them;
+    ``lam_derived``: what a null ``lam`` means, for a method that derives it from the data."""
     return (
         HyperParameter("lam", "number", "L2 regularisation strength (per sample, sum form)",
-                       minimum=0, exclusive_minimum=True),
+                       minimum=0, exclusive_minimum=True, nullable=bool(lam_derived), null_means=lam_derived),
         HyperParameter("alpha", "number", "Std of the objective perturbation (the certified noise); the residual "
                        "budget per epoch is alpha * epsilon / sqrt(2 ln(1.5/delta))", minimum=0),
         HyperParameter("bound", "string", "Residual bound charged per deletion: tight (data-dependent) or the "

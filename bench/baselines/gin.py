@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from unlearning.data.graphs import Graph
+from unlearning.data.graphs.collection import Graph
 from unlearning.errors import InvalidConfigError
 
 __all__ = ["GIN", "GINConfig", "GINResult", "GraphBatch", "make_batch", "train_gin"]

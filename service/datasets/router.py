@@ -228,7 +228,7 @@ async def upload_dataset(
     ``LETHE_MAX_UPLOAD_BYTES`` (413).
 
     Graphs (docs/service.md): ``json`` one node-classification graph (``lethe.node_graph.v1``); ``npz`` the
-    arrays of ``NodeGraph.save_npz`` (told apart from a table by its ``format`` entry); ``tu`` a graph
+    arrays of ``unlearning.data.graphs.codecs.save_npz`` (told apart from a table by its ``format`` entry); ``tu`` a graph
     collection in the text format of IMDB-BINARY / PROTEINS (plain or gzip; pass ``format=tu``). The column
     parameters do not apply to graphs."""
     options = service.UploadOptions(

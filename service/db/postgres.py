@@ -29,6 +29,7 @@ from service.audit.chain import GENESIS
 from service.audit.repository import ChainHead, chain_rows
 from service.db import jsoncodec
 from service.db.base import Base, ManifestJSON, manifest_text, table
+from service.states import RequestState
 
 _Row = TypeVar("_Row", bound=Base)
 
@@ -194,7 +195,9 @@ def append_events(conn: Connection[Any], head: ChainHead, events: list[dict[str,
     conn.execute(_MOVE_HEAD, (head.seq, head.hash, head.chain))
 
 
-def insert_history(conn: Connection[Any], rows: Sequence[tuple[int, str, datetime, str | None]]) -> None:
+def insert_history(
+    conn: Connection[Any], rows: Sequence[tuple[int, RequestState, datetime, str | None]]
+) -> None:
     """(request id, state, at, detail) rows of requests' state history, in this order."""
     if rows:
         conn.execute(_HISTORY, array_columns(rows))

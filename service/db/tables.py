@@ -84,8 +84,8 @@ class Model(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     spec: Mapped[dict[str, Any]]
 
-    # status: queued | training | ready | retraining | failed | deleted (service.models.retirement)
-    status: Mapped[str] = mapped_column(String(16))
+    # The state columns of every table hold a service.states enum's values, as plain strings.
+    status: Mapped[str] = mapped_column(String(16))  # a ModelState
     phase: Mapped[str] = mapped_column(String(64))
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     eta_seconds: Mapped[float | None] = mapped_column(Float)
@@ -131,7 +131,7 @@ class ModelVersion(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
     seq: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(16))  # initial | unlearned | retrained
+    kind: Mapped[str] = mapped_column(String(16))  # a VersionKind
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
     budget_epoch: Mapped[int] = mapped_column(Integer)
     released_blob: Mapped[str | None] = mapped_column(String(HASH_LENGTH))
@@ -183,11 +183,11 @@ class DeletionRequest(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
-    state: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str] = mapped_column(String(20))  # a RequestState
     subjects: Mapped[dict[str, Any] | None]  # {"sample_ids": [...], "owner_ids": [...]}, plaintext until done
     num_samples: Mapped[int] = mapped_column(Integer)
     callback_url: Mapped[str | None] = mapped_column(Text)
-    callback_state: Mapped[str | None] = mapped_column(String(16))  # pending | delivered | failed
+    callback_state: Mapped[str | None] = mapped_column(String(16))  # a CallbackState
     callback_attempts: Mapped[int] = mapped_column(Integer, default=0)
     version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
     failure_reason: Mapped[str | None] = mapped_column(Text)
@@ -214,7 +214,7 @@ class RequestEvent(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     request_id: Mapped[int] = mapped_column(ForeignKey("deletion_requests.id"), index=True)
-    state: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str] = mapped_column(String(20))  # a RequestState
     at: Mapped[datetime] = mapped_column(default=utcnow)
     detail: Mapped[str | None] = mapped_column(Text)
 

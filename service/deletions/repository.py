@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from service.db.base import table, utcnow
 from service.db.tables import DeletionRequest, RequestEvent, RequestSubject
+from service.states import RequestState
 
 # The statements of a deletion's hot path, built once on the Core tables (service.db.base, "Statements
 # built once"): building an ORM statement per call costs about as much CPU as executing it.
@@ -21,7 +22,7 @@ _INSERT_REQUESTS = insert(table(DeletionRequest)).returning(_requests.id, sort_b
 _INSERT_EVENTS = insert(table(RequestEvent))
 _INSERT_SUBJECTS = insert(table(RequestSubject))
 _ANY_QUEUED = select(
-    exists().where(_requests.model_id == bindparam("model_id"), _requests.state == "queued")
+    exists().where(_requests.model_id == bindparam("model_id"), _requests.state == RequestState.QUEUED)
 )
 @cache
 def _in_states(lock: bool, limited: bool) -> Select[DeletionRequest]:
@@ -98,7 +99,7 @@ class DeletionRepository:
         ).scalar_one_or_none()
 
     def in_states(
-        self, model_id: int, states: Sequence[str], limit: int | None = None, *, lock: bool = True
+        self, model_id: int, states: Sequence[RequestState], limit: int | None = None, *, lock: bool = True
     ) -> list[DeletionRequest]:
         """Requests of a model in ``states``, oldest first, by default locked until the transaction ends.
 
@@ -113,7 +114,7 @@ class DeletionRepository:
         return bool(self.session.scalar(_ANY_QUEUED, {"model_id": model_id}))
 
     def list(
-        self, *, model_id: int | None, state: str | None, after_id: int | None, limit: int
+        self, *, model_id: int | None, state: RequestState | None, after_id: int | None, limit: int
     ) -> list[DeletionRequest]:
         stmt = select(DeletionRequest).order_by(DeletionRequest.id).limit(limit)
         if model_id is not None:
@@ -124,10 +125,12 @@ class DeletionRepository:
             stmt = stmt.where(DeletionRequest.id > after_id)
         return list(self.session.scalars(stmt))
 
-    def add_event(self, request_id: int, state: str, at: datetime, detail: str | None = None) -> None:
+    def add_event(
+        self, request_id: int, state: RequestState, at: datetime, detail: str | None = None
+    ) -> None:
         self.add_events([(request_id, state, at, detail)])
 
-    def add_events(self, events: Sequence[tuple[int, str, datetime, str | None]]) -> None:
+    def add_events(self, events: Sequence[tuple[int, RequestState, datetime, str | None]]) -> None:
         """(request id, state, at, detail) rows, inserted now and in this order (one executemany), so a
         request's history reads back in the order its states were entered."""
         if events:

@@ -19,7 +19,6 @@ from service.deletions.schemas import (
     DeletionIn,
     DeletionList,
     DeletionOut,
-    State,
 )
 from service.deps import DatasetId, ModelId, RequestId, RuntimeDep
 from service.errors import Unprocessable
@@ -28,6 +27,7 @@ from service.jobs.callback_targets import literal_problem
 from service.models.service import get_model
 from service.runtime import Runtime
 from service.schemas import MAX_DB_INT, error_responses
+from service.states import RequestState
 
 router = APIRouter(tags=["deletions"])
 
@@ -148,7 +148,7 @@ async def submit_dataset_deletion(
 def list_deletions(
     model_id: ModelId,
     rt: RuntimeDep,
-    state: State | None = None,
+    state: RequestState | None = None,
     after_id: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> DeletionList:

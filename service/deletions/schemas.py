@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AnyHttpUrl, BaseModel, Field, UrlConstraints, model_validator
 
 from service.schemas import Strict, SubjectId
+from service.states import CallbackState, RequestState, VersionKind
 
 MAX_IDS = 10_000
 
@@ -15,19 +16,6 @@ Pair = Annotated[list[SubjectId], Field(min_length=2, max_length=2)]
 """Two ids: an edge [node id, node id], or a node inside a graph [graph id, node id]."""
 
 CallbackUrl = Annotated[AnyHttpUrl, UrlConstraints(max_length=2000, allowed_schemes=["http", "https"])]
-
-State = Literal[
-    "received",
-    "queued",
-    "applying",
-    "applied",
-    "completed",
-    "awaiting_retrain",
-    "retraining",
-    "failed",
-    "canceled",
-]
-
 
 class DeletionIn(Strict):
     owner_ids: list[SubjectId] = Field(
@@ -88,7 +76,7 @@ class BulkIn(Strict):
 class DeletionAccepted(BaseModel):
     id: int
     model_id: int
-    state: State
+    state: RequestState
     expected_by: datetime
     created_at: datetime
 
@@ -126,27 +114,27 @@ class DatasetDeletionOut(BaseModel):
 
 
 class HistoryEntry(BaseModel):
-    state: State
+    state: RequestState
     at: datetime
     detail: str | None
 
 
 class VersionRef(BaseModel):
     seq: int
-    kind: str
+    kind: VersionKind
     certificate: dict[str, Any]
 
 
 class CallbackOut(BaseModel):
     url: str
-    state: Literal["pending", "delivered", "failed"] | None
+    state: CallbackState | None
     attempts: int
 
 
 class DeletionOut(BaseModel):
     id: int
     model_id: int
-    state: State
+    state: RequestState
     num_samples: int = Field(description="Samples the request covered when it was accepted")
     num_owner_ids: int | None = Field(description="Owner ids named (None once the request has ended)")
     num_sample_ids: int | None = Field(description="Sample ids named (None once the request has ended)")

@@ -28,12 +28,20 @@ from service.errors import ApiError, Conflict, NotFound, Unprocessable
 from service.graphs.requests import check_submissions, graph_hashes, graph_subjects, submit_checked
 from service.idempotency.service import Outcome
 from service.models.service import require_live
+from service.states import ModelState, RequestState
 from service.subjects import SubjectHasher
 
 if TYPE_CHECKING:
     from service.jobs.state import BlobCache
 
 _SHOWN = 5  # ids named in one error message
+
+_ACCEPTED_HISTORY = (RequestState.RECEIVED, RequestState.QUEUED)
+"""The history an accepted request starts with (both at acceptance)."""
+_FITTING = (ModelState.QUEUED, ModelState.TRAINING, ModelState.RETRAINING)
+"""Model states with a fit waiting or running: its ETA adds to the time a new request is expected to take."""
+CANCELABLE = (RequestState.QUEUED, RequestState.AWAITING_RETRAIN)
+"""The request states a client may cancel from: still waiting, no update has taken the request."""
 
 
 def bulk_report(results: list[DeletionAccepted | ApiError]) -> tuple[int, dict[str, Any]]:
@@ -49,7 +57,7 @@ def bulk_report(results: list[DeletionAccepted | ApiError]) -> tuple[int, dict[s
     return (202 if accepted == len(items) else 207), report.model_dump(mode="json")
 
 
-FAN_OUT_STATUSES = ("queued", "training", "ready", "retraining")
+FAN_OUT_STATUSES = (ModelState.QUEUED, ModelState.TRAINING, ModelState.READY, ModelState.RETRAINING)
 """Models a dataset-wide deletion goes to: every model that holds the dataset's rows and takes deletions
 (a failed model takes none, and a deleted one holds nothing)."""
 
@@ -159,7 +167,7 @@ def check_accepting(model: Model | Any, model_id: int) -> None:
     if model is None:
         raise NotFound(f"model {model_id} does not exist")
     require_live(model)
-    if model.status == "failed":
+    if model.status == ModelState.FAILED:
         raise Conflict(
             f"model {model_id} failed to train ({model.error}); register it again", code="model_failed"
         )
@@ -189,8 +197,8 @@ class SubmissionPlan:
     def subjects(self, ids: Sequence[int]) -> list[tuple[int, str, str]]:
         return [(rid, h, kind) for rid, (_, hashes) in zip(ids, self.accepted) for h, kind in hashes.items()]
 
-    def history(self, ids: Sequence[int]) -> list[tuple[int, str, datetime, str | None]]:
-        return [(rid, state, self.now, None) for rid in ids for state in ("received", "queued")]
+    def history(self, ids: Sequence[int]) -> list[tuple[int, RequestState, datetime, str | None]]:
+        return [(rid, state, self.now, None) for rid in ids for state in _ACCEPTED_HISTORY]
 
     def events(self, ids: Sequence[int]) -> list[dict[str, Any]]:
         """The ``deletion.received`` audit event of each accepted request."""
@@ -214,7 +222,7 @@ class SubmissionPlan:
             else DeletionAccepted(
                 id=next(next_id),
                 model_id=self.model_id,
-                state="queued",
+                state=RequestState.QUEUED,
                 expected_by=self.expected_by,
                 created_at=self.now,
             )
@@ -256,7 +264,7 @@ def plan_submissions(
         covered = {s for o in owners for s in owner_samples[o]} | set(samples)
         row = {
             "model_id": model.id,
-            "state": "queued",
+            "state": RequestState.QUEUED,
             "subjects": {"owner_ids": owners, "sample_ids": samples, **graph_subjects(body)},
             "num_samples": len(covered),
             "callback_url": str(body.callback_url) if body.callback_url else None,
@@ -301,7 +309,7 @@ def missing_subjects_error(
 
 def _expected_by(model: Model | Any, now: datetime, sla_seconds: float) -> datetime:
     wait = sla_seconds
-    if model.status in ("queued", "training", "retraining") and model.eta_seconds:
+    if model.status in _FITTING and model.eta_seconds:
         wait += model.eta_seconds
     return now + timedelta(seconds=wait)
 
@@ -346,16 +354,16 @@ def cancel(uow: UnitOfWork, request_id: int) -> DeletionRequest:
     request = uow.deletions.lock(request_id)
     if request is None:
         raise NotFound(f"deletion request {request_id} does not exist")
-    if request.state not in ("queued", "awaiting_retrain"):
+    if request.state not in CANCELABLE:
         raise Conflict(
             f"deletion request {request_id} is {request.state}: only a request still waiting (queued or "
             "awaiting_retrain) can be canceled",
             code="not_cancelable",
         )
     now = utcnow()
-    request.state = "canceled"
+    request.state = RequestState.CANCELED
     request.subjects = None
-    uow.deletions.add_event(request.id, "canceled", now)
+    uow.deletions.add_event(request.id, RequestState.CANCELED, now)
     uow.audit.append(
         requests_chain(request.model_id),
         "deletion.canceled",

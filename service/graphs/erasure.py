@@ -14,7 +14,8 @@ import numpy as np
 
 from service.graphs.storage import AnyGraph, subjects_of, write_graph
 from service.storage.artifacts import ArtifactStore
-from unlearning.data.graphs import GraphCollection, NodeGraph
+from unlearning.data.graphs.collection import GraphCollection
+from unlearning.data.graphs.node_graph import NodeGraph
 from unlearning.errors import UnknownSampleError
 from unlearning.methods.protocol import ForgetRequest
 

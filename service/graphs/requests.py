@@ -7,8 +7,8 @@ collection) and ``graph_nodes`` ([graph id, node id] pairs). Owners and sample i
 sample of a node graph is a node (any live node), of a collection a graph.
 
 Every forgotten item leaves a keyed-hash tombstone (``erased_subjects``, the ``sample`` hash domain) under
-the key the method reports it by: the node id, :func:`~unlearning.data.graphs.edge_key` for an edge, the
-graph id, :func:`~unlearning.data.graphs.graph_node_key` for a node inside a graph. A request naming an
+the key the method reports it by: the node id, :func:`~unlearning.data.graphs.requests.edge_key` for an edge, the
+graph id, :func:`~unlearning.data.graphs.requests.graph_node_key` for a node inside a graph. A request naming an
 item that is no longer in the graph answers 409 when such a tombstone exists and 422 otherwise, the same
 rule as for owners and samples.
 """
@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from service.errors import ApiError, Conflict, Unprocessable, from_unlearning_error
 from service.graphs.storage import AnyGraph, is_graph
-from unlearning.data.graphs import GraphCollection, NodeGraph, edge_key, graph_node_key
+from unlearning.data.graphs.collection import GraphCollection
+from unlearning.data.graphs.node_graph import NodeGraph
+from unlearning.data.graphs.requests import edge_key, graph_node_key
 from unlearning.errors import UnknownSampleError, UnlearningError
 from unlearning.methods.protocol import ForgetRequest
 from unlearning.methods.registry import get_method

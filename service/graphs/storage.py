@@ -1,7 +1,7 @@
 """One graph as one content-addressed blob, and the manifest that names it.
 
-The blob is a safetensors file: every numeric array of :meth:`NodeGraph.to_arrays` /
-:meth:`GraphCollection.to_arrays` as a tensor, and the string arrays (node, owner and graph ids, the
+The blob is a safetensors file: every numeric array of :func:`~unlearning.data.graphs.codecs.node_graph_to_arrays`
+/ :func:`~unlearning.data.graphs.codecs.collection_to_arrays` as a tensor, and the string arrays (node, owner and graph ids, the
 name, the format tag) as JSON in the header's metadata. Never pickle.
 
 What was erased is not kept under its name: a deleted node stays in a node graph as an isolated tombstone
@@ -29,7 +29,14 @@ from safetensors.numpy import save as np_save
 from service.storage.artifacts import ArtifactStore
 from service.storage.tensors import canonical, read_metadata
 from unlearning.data import Dataset
-from unlearning.data.graphs import GraphCollection, NodeGraph
+from unlearning.data.graphs.codecs import (
+    collection_from_arrays,
+    collection_to_arrays,
+    node_graph_from_arrays,
+    node_graph_to_arrays,
+)
+from unlearning.data.graphs.collection import GraphCollection
+from unlearning.data.graphs.node_graph import NodeGraph
 from unlearning.methods.protocol import GRAPH_COLLECTION, NODE_GRAPH, TABLE
 
 ERASED_PREFIX = "~erased:"
@@ -62,9 +69,10 @@ def kind_of_data(data: Any) -> str:
 
 
 def _anonymised(graph: AnyGraph) -> dict[str, np.ndarray]:
-    """``to_arrays()`` with the ids of erased nodes replaced and removed graph ids dropped."""
-    arrays = graph.to_arrays()
+    """The graph's arrays (:mod:`unlearning.data.graphs.codecs`) with the ids of erased nodes replaced and
+    removed graph ids dropped."""
     if isinstance(graph, NodeGraph):
+        arrays = node_graph_to_arrays(graph)
         gone = np.flatnonzero(arrays["deleted"])
         if len(gone):
             ids, owners = arrays["node_ids"].tolist(), arrays["owner_ids"].tolist()
@@ -75,6 +83,7 @@ def _anonymised(graph: AnyGraph) -> dict[str, np.ndarray]:
                 np.asarray(owners, dtype=str),
             )
         return arrays
+    arrays = collection_to_arrays(graph)
     arrays["removed_ids"] = np.asarray([], dtype=str)
     gone = np.flatnonzero(arrays["node_deleted"])
     if len(gone):
@@ -101,8 +110,8 @@ def decode_graph(blob: bytes) -> AnyGraph:
     for name, value in json.loads(meta["strings"]).items():
         arrays[name] = np.asarray(value, dtype=str)
     if meta.get("kind") == NODE_GRAPH:
-        return NodeGraph.from_arrays(arrays)
-    return GraphCollection.from_arrays(arrays)
+        return node_graph_from_arrays(arrays)
+    return collection_from_arrays(arrays)
 
 
 # -- sizes and subjects ----------------------------------------------------------------------------

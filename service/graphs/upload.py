@@ -3,10 +3,10 @@
 Formats (``POST /v1/datasets?format=...``; detected from the file name or content type otherwise):
 
 * ``json`` (``.json``, ``.json.gz``): one node-classification graph in the JSON format of
-  :mod:`unlearning.data.graphs` (``"format": "lethe.node_graph.v1"``);
+  :mod:`unlearning.data.graphs.codecs` (``"format": "lethe.node_graph.v1"``);
 * ``npz`` (``.npz``): a table, or a graph when the archive's ``format`` entry says
-  ``lethe.node_graph.v1`` / ``lethe.graph_collection.v1`` (``NodeGraph.save_npz``); read with
-  ``allow_pickle=False``;
+  ``lethe.node_graph.v1`` / ``lethe.graph_collection.v1``
+  (:func:`~unlearning.data.graphs.codecs.save_npz`); read with ``allow_pickle=False``;
 * ``tu`` (named explicitly: ``format=tu``; plain or gzip): a graph collection in the text format of
   IMDB-BINARY and PROTEINS.
 
@@ -33,16 +33,17 @@ from service.db.uow import UnitOfWork
 from service.errors import NotFound, Unprocessable, UnsupportedMediaType
 from service.graphs.storage import ERASED_PREFIX, AnyGraph, subjects_of, write_graph
 from service.storage.artifacts import ArtifactStore
-from unlearning.data.graphs import (
+from unlearning.data.graphs.codecs import (
     COLLECTION_FORMAT,
     NODE_GRAPH_FORMAT,
-    GraphCollection,
-    NodeGraph,
-    load_cora,
-    load_imdb_binary,
-    load_proteins,
-    load_tu_text,
+    collection_from_arrays,
+    node_graph_from_arrays,
+    node_graph_from_json,
 )
+from unlearning.data.graphs.collection import GraphCollection
+from unlearning.data.graphs.node_graph import NodeGraph
+from unlearning.data.graphs.planetoid import load_cora
+from unlearning.data.graphs.tu import load_imdb_binary, load_proteins, load_tu_text
 from unlearning.errors import UnlearningError
 
 GRAPH_FORMATS = ("json", "tu")
@@ -142,7 +143,7 @@ def _parse_json(text: str, filename: str) -> NodeGraph:
             f"'edges' (format {NODE_GRAPH_FORMAT!r}; see docs/service.md)",
             code="invalid_dataset",
         )
-    return NodeGraph.from_json(obj)
+    return node_graph_from_json(obj)
 
 
 def _parse_npz(path: Path, filename: str, limit: int) -> AnyGraph:
@@ -151,8 +152,8 @@ def _parse_npz(path: Path, filename: str, limit: int) -> AnyGraph:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
         if str(arrays.get("format")) == COLLECTION_FORMAT:
-            return GraphCollection.from_arrays(arrays)
-        return NodeGraph.from_arrays(arrays)
+            return collection_from_arrays(arrays)
+        return node_graph_from_arrays(arrays)
     except (ValueError, TypeError, OSError, zipfile.BadZipFile) as exc:  # e.g. a pickled (object) array
         raise Unprocessable(
             f"{filename}: could not read the graph arrays: {exc}", code="invalid_dataset"

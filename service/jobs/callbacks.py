@@ -25,6 +25,7 @@ from service import metrics
 from service.audit.service import requests_chain
 from service.db.base import utcnow
 from service.jobs.callback_targets import CallbackRefused, resolve
+from service.states import CallbackState
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -65,7 +66,7 @@ def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
         if (
             request is None
             or not request.callback_url
-            or request.callback_state != "pending"
+            or request.callback_state != CallbackState.PENDING
             or request.callback_attempts >= attempt
         ):
             return
@@ -77,10 +78,10 @@ def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
     metrics.CALLBACKS.labels("ok" if error is None else "error" if retry else "refused").inc()
     with rt.uow() as uow:
         request = uow.deletions.lock(request_id)
-        if request is None or request.callback_state != "pending":
+        if request is None or request.callback_state != CallbackState.PENDING:
             return
         if error is None:
-            request.callback_state = "delivered"
+            request.callback_state = CallbackState.DELIVERED
             uow.audit.append(
                 requests_chain(request.model_id),
                 "callback.delivered",
@@ -89,7 +90,7 @@ def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
                 payload={"attempt": attempt},
             )
         elif attempt >= rt.settings.callback_max_attempts or not retry:
-            request.callback_state = "failed"
+            request.callback_state = CallbackState.FAILED
             uow.audit.append(
                 requests_chain(request.model_id),
                 "callback.failed",

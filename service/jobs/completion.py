@@ -17,6 +17,7 @@ from service import metrics
 from service.db.base import utcnow
 from service.db.tables import ModelVersion
 from service.jobs.postgres_path import Completion, CompletionReads, RoundReads, complete_version
+from service.states import RequestState
 from service.storage.artifacts import ArtifactStore
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def finish_stalled(rt: Runtime, model_id: int, older_than_seconds: float) -> Non
     with rt.uow() as uow:
         stalled = {
             r.version_id
-            for r in uow.deletions.in_states(model_id, ["applied"], lock=False)
+            for r in uow.deletions.in_states(model_id, [RequestState.APPLIED], lock=False)
             if r.version_id is not None and r.updated_at < cutoff
         }
     for version_id in sorted(stalled):

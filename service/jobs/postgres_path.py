@@ -63,6 +63,7 @@ from service.jobs.versions import (
     version_blobs,
     version_of,
 )
+from service.states import CallbackState, RequestState, VersionKind
 from service.storage.buckets import digests
 from service.storage.refs import COLLECTION_LOCK_KEY
 from unlearning.methods.protocol import ForgetRequest
@@ -116,8 +117,9 @@ SELECT %s, t.subject_hash, t.kind, %s, t.request_id, %s
 FROM unnest(%s::varchar[], %s::varchar[], %s::int[]) AS t(subject_hash, kind, request_id)
 ON CONFLICT DO NOTHING
 """
-_MARK_APPLIED = """
-UPDATE deletion_requests SET state = 'applied', version_id = %s, updated_at = %s WHERE id = ANY(%s::int[])
+_MARK_APPLIED = f"""
+UPDATE deletion_requests SET state = '{RequestState.APPLIED.value}', version_id = %s, updated_at = %s
+WHERE id = ANY(%s::int[])
 """
 
 
@@ -127,17 +129,17 @@ UPDATE deletion_requests SET state = 'applied', version_id = %s, updated_at = %s
 # plan (a superset of what the requests taken need when more are queued than a round takes). ``= ANY(ARRAY(
 # subquery))``, not ``IN (subquery)``: the names become one array, found through the samples' indexes,
 # where ``IN`` let the planner hash-join the model's every sample (a scan that grows with the model).
-_NAMED_OWNERS = """
+_NAMED_OWNERS = f"""
 SELECT s.owner_id, s.sample_id FROM samples s
 WHERE s.model_id = %(model_id)s AND s.owner_id = ANY(ARRAY(
     SELECT jsonb_array_elements_text(r.subjects -> 'owner_ids') FROM deletion_requests r
-    WHERE r.model_id = %(model_id)s AND r.state = 'queued'))
+    WHERE r.model_id = %(model_id)s AND r.state = '{RequestState.QUEUED.value}'))
 """
-_NAMED_SAMPLES = """
+_NAMED_SAMPLES = f"""
 SELECT s.sample_id, s.owner_id FROM samples s
 WHERE s.model_id = %(model_id)s AND s.sample_id = ANY(ARRAY(
     SELECT jsonb_array_elements_text(r.subjects -> 'sample_ids') FROM deletion_requests r
-    WHERE r.model_id = %(model_id)s AND r.state = 'queued'))
+    WHERE r.model_id = %(model_id)s AND r.state = '{RequestState.QUEUED.value}'))
 """
 
 
@@ -233,7 +235,7 @@ FROM models WHERE id = %(id)s FOR NO KEY UPDATE
 """
 _SELECT_QUEUED = f"""
 SELECT {select_list(DeletionRequest)} FROM deletion_requests
-WHERE model_id = %s AND state = 'queued' ORDER BY id LIMIT %s FOR UPDATE
+WHERE model_id = %s AND state = '{RequestState.QUEUED.value}' ORDER BY id LIMIT %s FOR UPDATE
 """
 _SELECT_CURRENT_VERSION = f"""
 SELECT {select_list(ModelVersion)} FROM model_versions
@@ -376,7 +378,7 @@ def record_unlearned_version(
             model.id,
             release,
             previous,
-            kind="unlearned",
+            kind=VersionKind.UNLEARNED,
             budget_epoch=model.budget_epoch,
             num_forgotten=len(round_.forgotten),
             request_count=len(request_ids),
@@ -412,10 +414,10 @@ def record_unlearned_version(
              array_literal(r["request_id"] for r in erased)),
         )  # fmt: skip
         conn.execute(_MARK_APPLIED, (version_id, now, array_literal(request_ids)))
-        history: list[tuple[int, str, datetime, str | None]] = [
-            (rid, "applying", round_.claimed_at, None) for rid in request_ids
+        history: list[tuple[int, RequestState, datetime, str | None]] = [
+            (rid, RequestState.APPLYING, round_.claimed_at, None) for rid in request_ids
         ]
-        history += [(rid, "applied", now, f"version {seq}") for rid in request_ids]
+        history += [(rid, RequestState.APPLIED, now, f"version {seq}") for rid in request_ids]
         insert_history(conn, history)
         append_events(conn, head, events, now)
         if while_writing is not None:
@@ -498,19 +500,22 @@ def _point_model(model: Model, version_id: int, release: Release) -> None:
 # -- the completion ------------------------------------------------------------------------------
 
 _CURRENT_VERSION = "SELECT current_version_id FROM models WHERE id = %s"
-_LOCK_APPLIED = """
+_LOCK_APPLIED = f"""
 SELECT id, callback_url, created_at FROM deletion_requests
-WHERE model_id = %s AND state = 'applied' AND version_id = %s
+WHERE model_id = %s AND state = '{RequestState.APPLIED.value}' AND version_id = %s
 ORDER BY id
 FOR UPDATE
 """
 _COLLECTION_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 _STILL_HELD = "SELECT DISTINCT blob FROM artifact_refs WHERE blob = ANY(%s::varchar[])"
-_MARK_COMPLETED = """
-UPDATE deletion_requests SET state = 'completed', completed_at = %s, subjects = NULL, updated_at = %s
+_MARK_COMPLETED = f"""
+UPDATE deletion_requests
+SET state = '{RequestState.COMPLETED.value}', completed_at = %s, subjects = NULL, updated_at = %s
 WHERE id = ANY(%s::int[])
 """
-_CALLBACKS_PENDING = "UPDATE deletion_requests SET callback_state = 'pending' WHERE id = ANY(%s::int[])"
+_CALLBACKS_PENDING = (
+    f"UPDATE deletion_requests SET callback_state = '{CallbackState.PENDING.value}' WHERE id = ANY(%s::int[])"
+)
 
 
 @dataclass
@@ -608,7 +613,7 @@ def complete_version(
         uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": 1})
     with conn.pipeline():
         conn.execute(_MARK_COMPLETED, (now, now, array_literal(ids)))
-        insert_history(conn, [(rid, "completed", now, None) for rid in ids])
+        insert_history(conn, [(rid, RequestState.COMPLETED, now, None) for rid in ids])
         if called:
             conn.execute(_CALLBACKS_PENDING, (array_literal(called),))
         append_events(

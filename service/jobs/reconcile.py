@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from service import metrics
 from service.db.base import utcnow
 from service.jobs.completion import finish_stalled
-from service.models.retirement import DELETED, WAITING, erase_retired
+from service.models.retirement import WAITING, erase_retired
+from service.states import ModelState, RequestState
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -29,15 +30,17 @@ def reconcile(rt: Runtime) -> None:
     stale = now - timedelta(seconds=rt.settings.stale_job_seconds)
     with rt.uow() as uow:
         # Deletions of a ready model that nobody is applying: cheap to re-queue (a no-op if in hand).
-        for model_id in uow.models.models_with_requests(["queued"], before=settled, model_status="ready"):
+        for model_id in uow.models.models_with_requests(
+            [RequestState.QUEUED], before=settled, model_status=ModelState.READY
+        ):
             uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
         # Training jobs are long and share a lane: re-queue only when nothing has moved for a while.
-        for model in uow.models.stale_jobs(["queued", "training"], before=stale):
+        for model in uow.models.stale_jobs([ModelState.QUEUED, ModelState.TRAINING], before=stale):
             uow.outbox.add("train_model", {"model_id": model.id}, dedupe_key=f"train:{model.id}")
-        for model in uow.models.stale_jobs(["retraining"], before=stale):
+        for model in uow.models.stale_jobs([ModelState.RETRAINING], before=stale):
             uow.outbox.add("retrain_model", {"model_id": model.id}, dedupe_key=f"retrain:{model.id}")
-        stalled = uow.models.models_with_requests(["applied"], before=settled, model_status=None)
-        deleted = uow.models.models_with_requests(WAITING, before=settled, model_status=DELETED)
+        stalled = uow.models.models_with_requests([RequestState.APPLIED], before=settled, model_status=None)
+        deleted = uow.models.models_with_requests(WAITING, before=settled, model_status=ModelState.DELETED)
         uow.commit()
     # A process died between a model's deletion and the erasure of its data: erase it now.
     for model_id in deleted:

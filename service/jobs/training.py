@@ -28,7 +28,7 @@ from service.jobs.plans import Batch, plan_requests
 from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
 from service.jobs.updates import fail_request, mark_applied, record_erasure
 from service.jobs.versions import Release, blobs_of, erase_from_source, record_version, release_after_fit
-from service.models.retirement import DELETED
+from service.states import ModelState, RequestState, VersionKind
 from service.storage.refs import rewrite_if_collected
 from unlearning.errors import UnlearningError
 from unlearning.methods.protocol import ForgetRequest, MethodState
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from service.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+_FITTING = (ModelState.TRAINING, ModelState.RETRAINING)
+"""The model states in which a job fits the model (and reports its progress)."""
 
 
 class ProgressReporter:
@@ -62,7 +65,7 @@ class ProgressReporter:
         with self._rt.uow() as uow:
             uow.session.execute(
                 update(Model)
-                .where(Model.id == self._model_id, Model.status.in_(("training", "retraining")))
+                .where(Model.id == self._model_id, Model.status.in_(_FITTING))
                 .values(phase=phase[:64], progress=fraction, eta_seconds=eta, updated_at=utcnow())
             )
             uow.commit()
@@ -132,7 +135,7 @@ def _discard_if_deleted(rt: Runtime, model_id: int, release: Release) -> None:
     are held by the dataset)."""
     with rt.uow() as uow:
         model = uow.models.get(model_id)
-        if model is None or model.status != DELETED:
+        if model is None or model.status != ModelState.DELETED:
             return
         collect_garbage(uow, rt, blobs_of(release))
         uow.commit()
@@ -162,10 +165,12 @@ def train_model(rt: Runtime, model_id: int) -> None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or not (
-            model.status == "queued" or (model.status == "training" and _stale(rt, model))
+            model.status == ModelState.QUEUED
+            or (model.status == ModelState.TRAINING and _stale(rt, model))
         ):
             return
-        model.status, model.phase, model.progress, model.eta_seconds = "training", "starting", 0.0, None
+        model.status, model.phase = ModelState.TRAINING, "starting"
+        model.progress, model.eta_seconds = 0.0, None
         model.started_at, model.error = utcnow(), None
         uow.audit.append(model_chain(model_id), "training.started", model_id=model_id)
         uow.commit()
@@ -201,10 +206,10 @@ def train_model(rt: Runtime, model_id: int) -> None:
 def _record_training(rt: Runtime, model_id: int, release: Release, certificate: Certificate) -> int | None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
-        if model is None or model.status != "training":
+        if model is None or model.status != ModelState.TRAINING:
             return None
         version = record_version(
-            uow, model, release, kind="initial", budget_epoch=1, num_forgotten=0, request_count=0
+            uow, model, release, kind=VersionKind.INITIAL, budget_epoch=1, num_forgotten=0, request_count=0
         )
         model.budget_epoch = 1
         _ledger(uow, model, version.id, certificate, kind="initial", reason=None)
@@ -235,14 +240,15 @@ def _fail_training(rt: Runtime, model_id: int, exc: BaseException) -> None:
     metrics.TRAININGS.labels("initial", "failed").inc()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
-        if model is None or model.status == DELETED:
+        if model is None or model.status == ModelState.DELETED:
             return
-        model.status, model.phase, model.error, model.finished_at = "failed", "failed", reason, utcnow()
+        model.status = model.phase = ModelState.FAILED
+        model.error, model.finished_at = reason, utcnow()
         model.eta_seconds = None
         uow.audit.append(
             model_chain(model_id), "training.failed", model_id=model_id, payload={"reason": reason}
         )
-        for request in uow.deletions.in_states(model_id, ["queued"]):
+        for request in uow.deletions.in_states(model_id, [RequestState.QUEUED]):
             fail_request(uow, model_id, request, f"the model failed to train: {reason}")
         uow.commit()
 
@@ -257,11 +263,13 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
     (``Model.retrain_reason``, which also makes it retrain with no request waiting)."""
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
-        if model is None or model.status != "retraining":
+        if model is None or model.status != ModelState.RETRAINING:
             return
         if model.phase != "waiting" and not _stale(rt, model):
             return  # another worker is retraining it
-        requests = uow.deletions.in_states(model_id, ["awaiting_retrain", "retraining", "queued"])
+        requests = uow.deletions.in_states(
+            model_id, [RequestState.AWAITING_RETRAIN, RequestState.RETRAINING, RequestState.QUEUED]
+        )
         if not requests and model.retrain_reason is None:
             _ready(model)  # the requests it was for were canceled: nothing to retrain for
             uow.commit()
@@ -276,10 +284,11 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
         forgotten = batch.samples
         now = utcnow()
         for request in requests:
-            if request.state != "retraining":
-                request.state = "retraining"
-                uow.deletions.add_event(request.id, "retraining", now, reason)
-        model.phase, model.progress, model.eta_seconds, model.started_at = "retraining", 0.0, None, now
+            if request.state != RequestState.RETRAINING:
+                request.state = RequestState.RETRAINING
+                uow.deletions.add_event(request.id, RequestState.RETRAINING, now, reason)
+        model.phase = ModelState.RETRAINING
+        model.progress, model.eta_seconds, model.started_at = 0.0, None, now
         epoch = model.budget_epoch + 1
         uow.audit.append(
             model_chain(model_id),
@@ -358,9 +367,9 @@ def _record_retrain(
 ) -> int | None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
-        if model is None or model.status != "retraining" or model.training != training:
+        if model is None or model.status != ModelState.RETRAINING or model.training != training:
             return None
-        requests = uow.deletions.in_states(model_id, ["retraining"])
+        requests = uow.deletions.in_states(model_id, [RequestState.RETRAINING])
         batch = Batch([p for p in batch.plans if p.request.id in {r.id for r in requests}])
         for plan in batch.plans:
             plan.request = next(r for r in requests if r.id == plan.request.id)
@@ -377,7 +386,7 @@ def _record_retrain(
             uow,
             model,
             release,
-            kind="retrained",
+            kind=VersionKind.RETRAINED,
             budget_epoch=epoch,
             num_forgotten=len(forgotten),
             request_count=len(requests),
@@ -411,7 +420,7 @@ def _record_retrain(
 
 def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:
     for event in reversed(uow.deletions.events(requests[0].id)):
-        if event.state == "awaiting_retrain" and event.detail:
+        if event.state == RequestState.AWAITING_RETRAIN and event.detail:
             return event.detail
     return None
 
@@ -426,9 +435,10 @@ def _fail_retrain(rt: Runtime, model_id: int, exc: BaseException) -> None:
     metrics.TRAININGS.labels("retrain", "failed").inc()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
-        if model is None or model.status == DELETED:
+        if model is None or model.status == ModelState.DELETED:
             return
-        for request in uow.deletions.in_states(model_id, ["retraining", "awaiting_retrain"]):
+        waiting = [RequestState.RETRAINING, RequestState.AWAITING_RETRAIN]
+        for request in uow.deletions.in_states(model_id, waiting):
             fail_request(uow, model_id, request, reason)
         _ready(model)
         model.error = reason
@@ -444,7 +454,8 @@ def _fail_retrain(rt: Runtime, model_id: int, exc: BaseException) -> None:
 
 def _ready(model: Model) -> None:
     """Training, or a retrain, is over (done or failed): so is any retrain asked for through the API."""
-    model.status, model.phase, model.progress, model.eta_seconds = "ready", "ready", 1.0, 0.0
+    model.status = model.phase = ModelState.READY
+    model.progress, model.eta_seconds = 1.0, 0.0
     model.finished_at = utcnow()
     model.retrain_reason = None
 

@@ -51,6 +51,7 @@ from service.jobs.state import (
     privacy_of,
 )
 from service.jobs.versions import Release, release_after_forget
+from service.states import CallbackState, ModelState, RequestState, VersionKind
 from service.storage.refs import rewrite_if_collected
 from service.storage.statistics import HotStoreLost, RedisSampleStatistics
 from unlearning.data import Dataset
@@ -169,7 +170,7 @@ def _fail_queued(rt: Runtime, model_id: int, reason: str) -> None:
     with rt.uow() as uow:
         if uow.models.lock(model_id) is None:
             return
-        for request in uow.deletions.in_states(model_id, ["queued"], limit=rt.settings.max_batch):
+        for request in uow.deletions.in_states(model_id, [RequestState.QUEUED], limit=rt.settings.max_batch):
             fail_request(uow, model_id, request, reason)
         uow.commit()
     log.error("model %s: queued deletion requests failed: %s", model_id, reason)
@@ -294,7 +295,7 @@ def apply_batch(rt: Runtime, model_id: int, carried: RoundUnit | None = None) ->
     with unit as uow:
         locked = _lock_round(rt, uow, model_id, unit.reads)
         model, requests, version = locked.model, locked.requests, locked.version
-        if model is None or model.status != "ready" or model.current_version_id is None:
+        if model is None or model.status != ModelState.READY or model.current_version_id is None:
             return Round(False, None, updatable=False)
         if not requests:
             return Round(False, None)
@@ -515,7 +516,7 @@ def _record_update(
             "version_id": version_id,
             "payload": {
                 "seq": seq,
-                "kind": "unlearned",
+                "kind": VersionKind.UNLEARNED.value,
                 "budget_epoch": model.budget_epoch,
                 "requests": [p.request.id for p in batch.plans],
                 "forgotten": len(forgotten),
@@ -594,9 +595,12 @@ def mark_applied(
     requests went through ``retraining`` instead and pass None."""
     now = utcnow()
     ids = [r.id for r in requests]
-    uow.deletions.set_state(ids, state="applied", version_id=version_id)
-    applying = [(rid, "applying", claimed_at, None) for rid in ids] if claimed_at is not None else []
-    uow.deletions.add_events([*applying, *((rid, "applied", now, f"version {seq}") for rid in ids)])
+    uow.deletions.set_state(ids, state=RequestState.APPLIED, version_id=version_id)
+    applying = (
+        [(rid, RequestState.APPLYING, claimed_at, None) for rid in ids] if claimed_at is not None else []
+    )
+    applied = [(rid, RequestState.APPLIED, now, f"version {seq}") for rid in ids]
+    uow.deletions.add_events([*applying, *applied])
     uow.audit.append_many(
         model_chain(model_id),
         [*first_events, *request_version_events("deletion.applied", model_id, version_id, seq, ids)],
@@ -607,12 +611,12 @@ def fail_request(
     uow: UnitOfWork, model_id: int, request: DeletionRequest, reason: str, claimed_at: Any = None
 ) -> None:
     now = utcnow()
-    request.state = "failed"
+    request.state = RequestState.FAILED
     request.failure_reason = reason
     request.subjects = None
     if claimed_at is not None:
-        uow.deletions.add_event(request.id, "applying", claimed_at)
-    uow.deletions.add_event(request.id, "failed", now, reason)
+        uow.deletions.add_event(request.id, RequestState.APPLYING, claimed_at)
+    uow.deletions.add_event(request.id, RequestState.FAILED, now, reason)
     uow.audit.append(
         model_chain(model_id),
         "deletion.failed",
@@ -621,7 +625,7 @@ def fail_request(
         payload={"reason": reason},
     )
     if request.callback_url:
-        request.callback_state = "pending"
+        request.callback_state = CallbackState.PENDING
         uow.outbox.add("deliver_callback", {"request_id": request.id, "attempt": 1})
     metrics.DELETIONS_FAILED.inc()
 
@@ -631,8 +635,8 @@ def _await_retrain(
 ) -> None:
     """Park ``requests`` until a retrain excludes them; schedule that retrain (a new budget epoch)."""
     for request in requests:
-        request.state = "awaiting_retrain"
-        uow.deletions.add_event(request.id, "awaiting_retrain", at, reason)
+        request.state = RequestState.AWAITING_RETRAIN
+        uow.deletions.add_event(request.id, RequestState.AWAITING_RETRAIN, at, reason)
     schedule_retrain(uow, model, reason, requests)
 
 
@@ -644,7 +648,7 @@ def schedule_retrain(
     names the reason and the requests ``waiting`` for it (none for a retrain asked for through the API).
     While the model is retraining no update runs: requests submitted meanwhile stay queued and the
     retrain excludes them too."""
-    model.status = "retraining"
+    model.status = ModelState.RETRAINING
     model.phase = "waiting"
     model.progress = 0.0
     model.eta_seconds = None

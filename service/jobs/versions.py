@@ -23,6 +23,7 @@ from service.db.uow import UnitOfWork
 from service.graphs.erasure import forget_graph, graph_after_erasure
 from service.graphs.storage import is_graph
 from service.jobs.state import BlobCache, json_safe, write_statistics
+from service.states import VersionKind
 from service.storage.artifacts import ArtifactStore
 from service.storage.buckets import digests
 from service.storage.tensors import encode_artifact, encode_weights
@@ -164,7 +165,7 @@ def record_version(
     model: Model,
     release: Release,
     *,
-    kind: str,
+    kind: VersionKind,
     budget_epoch: int,
     num_forgotten: int,
     request_count: int,
@@ -214,7 +215,7 @@ def version_of(
     release: Release,
     previous: ModelVersion | None,
     *,
-    kind: str,
+    kind: VersionKind,
     budget_epoch: int,
     num_forgotten: int,
     request_count: int,

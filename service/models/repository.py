@@ -15,6 +15,7 @@ from sqlalchemy.orm.util import identity_key
 from service.db.base import table
 from service.db.tables import DeletionRequest, ErasedSubject, Model, ModelVersion, Sample
 from service.db.upsert import insert_ignore
+from service.states import ModelState, RequestState
 
 _IN_CHUNK = 5000  # bound on the size of one IN (...) list
 
@@ -87,10 +88,10 @@ class ModelRepository:
             stmt = stmt.where(Model.id > after_id)
         return list(self.session.scalars(stmt))
 
-    def on_dataset(self, dataset_id: int, statuses: Sequence[str] | None = None) -> builtins.list[int]:
+    def on_dataset(self, dataset_id: int, statuses: Sequence[ModelState] | None = None) -> builtins.list[int]:
         """The models registered on the dataset whose status is one of ``statuses`` (None: every model
         that is not deleted), by id."""
-        wanted = Model.status != "deleted" if statuses is None else Model.status.in_(list(statuses))
+        wanted = Model.status != ModelState.DELETED if statuses is None else Model.status.in_(list(statuses))
         return list(
             self.session.scalars(
                 select(Model.id).where(Model.dataset_id == dataset_id, wanted).order_by(Model.id)
@@ -100,7 +101,7 @@ class ModelRepository:
     def count(self) -> int:
         return int(self.session.scalar(select(func.count()).select_from(Model)) or 0)
 
-    def stale_jobs(self, statuses: Sequence[str], before: datetime) -> builtins.list[Model]:
+    def stale_jobs(self, statuses: Sequence[ModelState], before: datetime) -> builtins.list[Model]:
         return list(
             self.session.scalars(select(Model).where(Model.status.in_(statuses), Model.updated_at < before))
         )
@@ -212,7 +213,7 @@ class ModelRepository:
         return set(self.session.scalars(stmt))
 
     def models_with_requests(
-        self, states: Sequence[str], before: datetime, model_status: str | None
+        self, states: Sequence[RequestState], before: datetime, model_status: ModelState | None
     ) -> builtins.list[int]:
         """Models (in ``model_status``, if given) with a request in ``states`` untouched since ``before``."""
         stmt = (

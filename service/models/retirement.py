@@ -36,14 +36,14 @@ from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.errors import NotFound
 from service.jobs.completion import collect_garbage
 from service.jobs.versions import model_holder, version_blobs
+from service.states import CallbackState, ModelState, RequestState
 from service.storage.buckets import digests
 
 if TYPE_CHECKING:
     from service.db.uow import UnitOfWork
     from service.runtime import Runtime
 
-DELETED = "deleted"
-WAITING = ("queued", "awaiting_retrain", "retraining", "applied")
+WAITING = (RequestState.QUEUED, RequestState.AWAITING_RETRAIN, RequestState.RETRAINING, RequestState.APPLIED)
 """Request states that a deleted model answers: the subject is gone with the model."""
 
 
@@ -58,10 +58,11 @@ def retire(rt: Runtime, model_id: int) -> None:
         model = uow.models.lock(model_id)
         if model is None:
             raise NotFound(f"model {model_id} does not exist")
-        if model.status == DELETED:
+        if model.status == ModelState.DELETED:
             return
         previous = model.status
-        model.status, model.phase, model.eta_seconds, model.finished_at = DELETED, DELETED, None, utcnow()
+        model.status = model.phase = ModelState.DELETED
+        model.eta_seconds, model.finished_at = None, utcnow()
         model.retrain_reason = None  # a retrain asked for and not yet run will not run
         released = uow.refs.release(model_holder(model_id))
         uow.models.delete_all_samples(model_id)
@@ -78,7 +79,7 @@ def retire(rt: Runtime, model_id: int) -> None:
 def erase_retired(rt: Runtime, model_id: int) -> None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
-        if model is None or model.status != DELETED:
+        if model is None or model.status != ModelState.DELETED:
             return
         rt.hot.retire(model_id)  # under the lock, before the waiting requests can count as completed
         blobs = _named_blobs(uow, model)
@@ -123,11 +124,11 @@ def _complete(
 ) -> None:
     detail = "the model was deleted: every copy of its data is gone"
     for request in requests:
-        request.state, request.completed_at, request.subjects = "completed", now, None
+        request.state, request.completed_at, request.subjects = RequestState.COMPLETED, now, None
         if request.callback_url:
-            request.callback_state = "pending"
+            request.callback_state = CallbackState.PENDING
             uow.outbox.add("deliver_callback", {"request_id": request.id, "attempt": 1})
-    uow.deletions.add_events([(r.id, "completed", now, detail) for r in requests])
+    uow.deletions.add_events([(r.id, RequestState.COMPLETED, now, detail) for r in requests])
     uow.audit.append_many(
         model_chain(model_id),
         [

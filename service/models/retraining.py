@@ -16,6 +16,7 @@ from service.db.uow import UnitOfWork
 from service.errors import Conflict, NotFound
 from service.jobs.updates import schedule_retrain
 from service.models.service import require_live
+from service.states import ModelState
 
 DEFAULT_REASON = "requested through the API"
 
@@ -38,17 +39,17 @@ def request_retrain(uow: UnitOfWork, model_id: int, reason: str) -> Model:
 
 def _check_retrainable(model: Model) -> None:
     progress = f"phase {model.phase}, {round(100 * model.progress)}%"
-    if model.status == "retraining":
+    if model.status == ModelState.RETRAINING:
         raise Conflict(
             f"model {model.id} is already retraining ({progress}): its retrained version is released when "
             "its status is ready again",
             code="already_retraining",
         )
-    if model.status == "failed":
+    if model.status == ModelState.FAILED:
         raise Conflict(
             f"model {model.id} failed to train ({model.error}); register it again", code="model_failed"
         )
-    if model.status != "ready" or model.current_version_id is None:
+    if model.status != ModelState.READY or model.current_version_id is None:
         raise Conflict(
             f"model {model.id} is still training ({progress}); it needs no retrain before its first version",
             code="not_ready",

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, StringConstraints, field_validator, model_validator
 
 from service.schemas import MAX_DB_INT, PRINTABLE, Name, Strict, SubjectId
+from service.states import ModelState, VersionKind
 
 
 class PrivacyIn(Strict):
@@ -65,7 +66,7 @@ class RetrainIn(Strict):
 
 
 class StatusOut(BaseModel):
-    state: Literal["queued", "training", "ready", "retraining", "failed", "deleted"]
+    state: ModelState
     phase: str
     percent: float = Field(description="Progress of the current phase, 0-100")
     eta_seconds: float | None
@@ -124,7 +125,7 @@ class ModelList(BaseModel):
 
 class VersionOut(BaseModel):
     seq: int
-    kind: Literal["initial", "unlearned", "retrained"]
+    kind: VersionKind
     parent_seq: int | None
     budget_epoch: int
     num_forgotten: int

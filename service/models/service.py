@@ -32,6 +32,7 @@ from service.models.schemas import (
     StatusOut,
     VersionOut,
 )
+from service.states import ModelState
 from service.storage.artifacts import ArtifactStore, BlobNotFound
 from service.storage.buckets import digests
 from service.storage.hot import HotStore, ServingWeights
@@ -149,8 +150,8 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
             policy=body.budget_policy.model_dump(),
             seed=body.seed,
             spec=spec.to_dict(),
-            status="queued",
-            phase="queued",
+            status=ModelState.QUEUED,
+            phase=ModelState.QUEUED,
             progress=0.0,
             budget_epoch=0,
             train_size=dataset.num_rows,
@@ -292,7 +293,7 @@ def versions_out(versions: list[ModelVersion]) -> list[VersionOut]:
 
 def require_live(model: Model) -> None:
     """A deleted model answers 410 to everything but reading its history."""
-    if model.status == "deleted":
+    if model.status == ModelState.DELETED:
         raise Gone(
             f"model {model.id} was deleted at {model.finished_at:%Y-%m-%dT%H:%M:%SZ}: its weights and data "
             "are gone (its versions, ledger and audit log remain readable)",
@@ -302,7 +303,7 @@ def require_live(model: Model) -> None:
 
 def current_version(uow: UnitOfWork, model: Model) -> ModelVersion:
     require_live(model)
-    if model.current_version_id is None and model.status == "failed":
+    if model.current_version_id is None and model.status == ModelState.FAILED:
         # It will never have one: waiting would be in vain (as /retrain and /deletions answer).
         raise Conflict(
             f"model {model.id} failed to train ({model.error}); register it again", code="model_failed"

@@ -22,6 +22,7 @@ from service.receipts.schemas import (
     ReceiptVersion,
 )
 from service.receipts.signing import ReceiptSigner, b64url, key_id, public_key_pem
+from service.states import RequestState
 from service.subjects import SubjectHasher
 
 COMPLETED_EVENT = "deletion.completed"
@@ -68,7 +69,7 @@ def issue(
     wants the receipt to name; each must be one of the request's subjects (422 otherwise)."""
     signer = require_signer(signer)
     request = get_request(uow, request_id)
-    if request.state != "completed" or request.completed_at is None:
+    if request.state != RequestState.COMPLETED or request.completed_at is None:
         raise Conflict(
             f"deletion request {request_id} is {request.state}: a receipt is issued once it is completed",
             code="not_completed",

@@ -16,7 +16,7 @@ import pytest
 from service.graphs.storage import decode_graph
 from service.runtime import Runtime
 from tests.integration.conftest import Client, key
-from unlearning.data.graphs import NodeGraph
+from unlearning.data.graphs.codecs import node_graph_from_json, save_npz
 
 pytestmark = pytest.mark.integration
 
@@ -294,7 +294,7 @@ def test_two_models_on_one_graph_both_erase_from_the_dataset(
     replaced it (the items it already lost are skipped)."""
     tag = f"m{uuid.uuid4().hex[:8]}"
     path = tmp_path / "g.npz"
-    NodeGraph.from_json(_node_graph(tag)).save_npz(path)
+    save_npz(node_graph_from_json(_node_graph(tag)), path)
     r = client.http.post(
         "/v1/datasets", files={"file": ("g.npz", path.read_bytes(), "application/octet-stream")}
     )

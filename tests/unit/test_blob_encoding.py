@@ -18,7 +18,7 @@ from service.storage.artifacts import LocalArtifactStore
 from service.storage.buckets import Bucket, decode_bucket, encode_bucket
 from service.storage.tensors import canonical, decode_weights, encode_weights, read_metadata
 from unlearning.methods.protocol import MethodState
-from unlearning.models.flat import ModelSpec
+from unlearning.models.spec import ModelSpec
 
 
 def bucket() -> Bucket:

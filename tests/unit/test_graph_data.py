@@ -15,19 +15,21 @@ import pytest
 import scipy.sparse as sp
 
 from unlearning.data import shared_data_dir
-from unlearning.data.graphs import (
-    Graph,
-    GraphCollection,
-    NodeGraph,
-    _RestrictedUnpickler,
-    edge_key,
-    graph_node_key,
-    load_cora,
-    load_imdb_binary,
-    load_proteins,
-    load_tu_text,
-    split_indices,
+from unlearning.data.graphs.codecs import (
+    graph_from_json,
+    graph_to_json,
+    load_collection_npz,
+    load_node_graph_npz,
+    node_graph_from_json,
+    node_graph_to_json,
+    save_npz,
 )
+from unlearning.data.graphs.collection import Graph, GraphCollection
+from unlearning.data.graphs.node_graph import NodeGraph
+from unlearning.data.graphs.planetoid import _RestrictedUnpickler, load_cora
+from unlearning.data.graphs.requests import edge_key, graph_node_key
+from unlearning.data.graphs.tu import load_imdb_binary, load_proteins, load_tu_text
+from unlearning.data.splits import split_indices
 from unlearning.errors import AlreadyDeletedError, InvalidDatasetError, UnknownSampleError
 from unlearning.methods.protocol import ForgetRequest
 
@@ -133,10 +135,10 @@ def test_after_request_maps_the_protocol_request_and_owners() -> None:
 def test_node_graph_round_trips_through_npz_and_json_without_pickle(tmp_path: Path) -> None:
     g = tiny_graph().without(nodes=["d"], node_features=["a"])
     path = tmp_path / "g.npz"
-    g.save_npz(path)
+    save_npz(g, path)
     with np.load(path, allow_pickle=False) as raw:  # every entry is a plain array
         assert all(raw[k].dtype != object for k in raw.files)
-    for back in (NodeGraph.load_npz(path), NodeGraph.from_json(json.loads(json.dumps(g.to_json())))):
+    for back in (load_node_graph_npz(path), node_graph_from_json(json.loads(json.dumps(node_graph_to_json(g))))):
         assert back.node_ids == g.node_ids and back.owner_ids == g.owner_ids
         assert (back.features != g.features).nnz == 0
         assert back.edges.tolist() == g.edges.tolist() and back.labels.tolist() == g.labels.tolist()
@@ -155,14 +157,14 @@ def test_node_graph_json_accepts_dense_features_and_rejects_bad_input() -> None:
         ],
         "edges": [["y", "x"]],
     }
-    g = NodeGraph.from_json(obj)
+    g = node_graph_from_json(obj)
     assert g.features.toarray().tolist() == [[0, 1.5, 0], [0, 0, 1.0]] and g.labels.tolist() == [0, -1]
     with pytest.raises(InvalidDatasetError, match="not in the node list"):
-        NodeGraph.from_json({**obj, "edges": [["x", "q"]]})
+        node_graph_from_json({**obj, "edges": [["x", "q"]]})
     with pytest.raises(InvalidDatasetError, match="split"):
-        NodeGraph.from_json({**obj, "nodes": [{**obj["nodes"][0], "split": "holdout"}]})
+        node_graph_from_json({**obj, "nodes": [{**obj["nodes"][0], "split": "holdout"}]})
     with pytest.raises(InvalidDatasetError, match="features, expected 3"):
-        NodeGraph.from_json({**obj, "nodes": [{**obj["nodes"][0], "features": [1, 2]}]})
+        node_graph_from_json({**obj, "nodes": [{**obj["nodes"][0], "features": [1, 2]}]})
 
 
 
@@ -171,7 +173,7 @@ def test_node_graph_json_infers_its_counts_and_names_what_is_missing() -> None:
         {"id": "a", "label": 0, "split": "train", "features": [1, 0]},
         {"id": "b", "label": 2.0, "split": "train", "features": [0, 1]},
     ]
-    g = NodeGraph.from_json({"nodes": nodes, "edges": [["a", "b"]]})
+    g = node_graph_from_json({"nodes": nodes, "edges": [["a", "b"]]})
     assert g.num_features == 2 and g.num_classes == 3 and g.labels.tolist() == [0, 2]
     sparse = [{**nodes[0], "features": {"indices": [0], "values": [1.0]}}]
     for bad, message in [
@@ -184,7 +186,7 @@ def test_node_graph_json_infers_its_counts_and_names_what_is_missing() -> None:
         ({"nodes": "x"}, "'nodes' must be a list"),
     ]:
         with pytest.raises(InvalidDatasetError, match=message):
-            NodeGraph.from_json(bad)
+            node_graph_from_json(bad)
 
 
 # ---------------------------------------------------------------------------------- collections
@@ -218,17 +220,17 @@ def test_deleting_the_last_live_node_removes_the_graph() -> None:
 
 def test_collection_round_trips_through_npz_and_one_graph_through_json(tmp_path: Path) -> None:
     c = tiny_collection().without(graph_ids=["1"], graph_nodes=[("2", "3")])
-    c.save_npz(tmp_path / "c.npz")
-    back = GraphCollection.load_npz(tmp_path / "c.npz")
+    save_npz(c, tmp_path / "c.npz")
+    back = load_collection_npz(tmp_path / "c.npz")
     assert back.graph_ids == c.graph_ids and back.removed_ids == c.removed_ids and back.num_tags == 2
     for a, b in zip(back.graphs, c.graphs):
         assert a.edges.tolist() == b.edges.tolist() and a.deleted.tolist() == b.deleted.tolist()
         assert a.node_tags.tolist() == b.node_tags.tolist() and a.label == b.label
     one = c.graphs[1]
-    again = Graph.from_json(json.loads(json.dumps(one.to_json())))
+    again = graph_from_json(json.loads(json.dumps(graph_to_json(one))))
     assert again.edges.tolist() == one.edges.tolist() and again.deleted.tolist() == one.deleted.tolist()
     with pytest.raises(InvalidDatasetError, match="self-loop"):
-        Graph.from_json({"graph_id": "x", "label": 0, "nodes": [{"id": "a"}], "edges": [["a", "a"]]})
+        graph_from_json({"graph_id": "x", "label": 0, "nodes": [{"id": "a"}], "edges": [["a", "a"]]})
 
 
 def test_tu_text_parser_reads_tags_labels_and_neighbours(tmp_path: Path) -> None:

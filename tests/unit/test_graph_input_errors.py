@@ -11,8 +11,16 @@ import pytest
 
 from service.errors import ApiError
 from service.graphs import upload
-from unlearning.data.graphs import Graph, GraphCollection, NodeGraph, load_tu_text
-from unlearning.data.loaders import MAX_CLASSES
+from unlearning.data.graphs.codecs import (
+    collection_from_arrays,
+    collection_to_arrays,
+    graph_from_json,
+    node_graph_from_arrays,
+    node_graph_from_json,
+    node_graph_to_arrays,
+)
+from unlearning.data.graphs.tu import load_tu_text
+from unlearning.data.limits import MAX_CLASSES
 from unlearning.errors import InvalidDatasetError
 
 TOY = "2\n3 5\n0 1 1\n2 2 0 2\n0 1 1\n2 7\n1 1 1\n1 1 0\n"
@@ -43,7 +51,7 @@ def _graph(**changes: Any) -> dict[str, Any]:
 def _collection_arrays(tmp_path: Path) -> dict[str, np.ndarray]:
     path = tmp_path / "toy.txt"
     path.write_text(TOY)
-    return load_tu_text(path).to_arrays()
+    return collection_to_arrays(load_tu_text(path))
 
 
 # -- 1. collection arrays whose lengths disagree ---------------------------------------------------
@@ -54,7 +62,7 @@ def test_collection_arrays_shorter_than_the_graph_count_name_the_array(tmp_path:
     arrays = _collection_arrays(tmp_path)
     arrays[name] = arrays[name][:-1]
     with pytest.raises(InvalidDatasetError, match=name):
-        GraphCollection.from_arrays(arrays)
+        collection_from_arrays(arrays)
 
 
 @pytest.mark.parametrize(
@@ -65,16 +73,16 @@ def test_collection_pointers_must_rise_within_bounds(tmp_path: Path, name: str, 
     arrays = _collection_arrays(tmp_path)
     arrays[name] = np.asarray(value, dtype=np.int64)
     with pytest.raises(InvalidDatasetError, match=f"'{name}' must rise"):
-        GraphCollection.from_arrays(arrays)
+        collection_from_arrays(arrays)
 
 
 def test_collection_node_arrays_must_match_the_node_ids(tmp_path: Path) -> None:
-    again = GraphCollection.from_arrays(_collection_arrays(tmp_path))  # consistent arrays still load
+    again = collection_from_arrays(_collection_arrays(tmp_path))  # consistent arrays still load
     assert again.graph_ids == ("0", "1") and again.labels.tolist() == [0, 1]
     arrays = _collection_arrays(tmp_path)
     arrays["node_tags"] = arrays["node_tags"][:-1]
     with pytest.raises(InvalidDatasetError, match="'node_tags' has 4 entries for 5 nodes"):
-        GraphCollection.from_arrays(arrays)
+        collection_from_arrays(arrays)
 
 
 # -- 2. JSON ids and owners -------------------------------------------------------------------------
@@ -85,7 +93,7 @@ def test_node_graph_ids_must_be_strings_or_integers(bad: Any) -> None:
     obj = _node_graph()
     obj["nodes"][1]["id"] = bad
     with pytest.raises(InvalidDatasetError, match=r"node 1 \(0-based\): 'id' is .*strings or integers"):
-        NodeGraph.from_json(obj)
+        node_graph_from_json(obj)
 
 
 @pytest.mark.parametrize("bad", [True, {"a": 1}, [1]])
@@ -93,7 +101,7 @@ def test_node_graph_owners_must_be_strings_or_integers(bad: Any) -> None:
     obj = _node_graph()
     obj["nodes"][0]["owner"] = bad
     with pytest.raises(InvalidDatasetError, match="node 'a': 'owner'"):
-        NodeGraph.from_json(obj)
+        node_graph_from_json(obj)
 
 
 def test_integer_ids_become_their_decimal_text_and_null_owners_default_to_the_node() -> None:
@@ -101,28 +109,28 @@ def test_integer_ids_become_their_decimal_text_and_null_owners_default_to_the_no
     obj["nodes"][0]["id"] = 7
     obj["nodes"][0]["owner"] = None
     obj["nodes"][1]["owner"] = None
-    graph = NodeGraph.from_json(obj)
+    graph = node_graph_from_json(obj)
     assert graph.node_ids == ("7", "b") and graph.owner_ids == ("7", "b")
     obj["nodes"][1]["owner"] = 42
-    assert NodeGraph.from_json(obj).owner_ids == ("7", "42")
+    assert node_graph_from_json(obj).owner_ids == ("7", "42")
 
 
 @pytest.mark.parametrize("bad", [None, False, {"a": 1}, ["x"]])
 def test_collection_graph_node_and_owner_ids_must_be_strings_or_integers(bad: Any) -> None:
     with pytest.raises(InvalidDatasetError, match="'graph_id'"):
-        Graph.from_json(_graph(graph_id=bad))
+        graph_from_json(_graph(graph_id=bad))
     obj = _graph()
     obj["nodes"][0]["id"] = bad
     with pytest.raises(InvalidDatasetError, match=r"graph 'g': node 0 \(0-based\): 'id'"):
-        Graph.from_json(obj)
+        graph_from_json(obj)
     if bad is not None:
         with pytest.raises(InvalidDatasetError, match="graph 'g': 'owner'"):
-            Graph.from_json(_graph(owner=bad))
+            graph_from_json(_graph(owner=bad))
 
 
 def test_a_null_graph_owner_defaults_to_the_graph_id() -> None:
-    assert Graph.from_json(_graph(owner=None)).owner_id == "g"
-    assert Graph.from_json(_graph(graph_id=3, owner=9)).owner_id == "9"
+    assert graph_from_json(_graph(owner=None)).owner_id == "g"
+    assert graph_from_json(_graph(graph_id=3, owner=9)).owner_id == "9"
 
 
 # -- 3. JSON edges are pairs ------------------------------------------------------------------------
@@ -131,13 +139,13 @@ def test_a_null_graph_owner_defaults_to_the_graph_id() -> None:
 @pytest.mark.parametrize("edge", [["a"], ["a", "b", "c"], "ab", []])
 def test_node_graph_edges_must_be_pairs(edge: Any) -> None:
     with pytest.raises(InvalidDatasetError, match=r"edge 1 \(0-based\) is .*pair"):
-        NodeGraph.from_json(_node_graph(edges=[["a", "b"], edge]))
+        node_graph_from_json(_node_graph(edges=[["a", "b"], edge]))
 
 
 @pytest.mark.parametrize("edge", [["a"], ["a", "b", "c"]])
 def test_collection_graph_edges_must_be_pairs(edge: Any) -> None:
     with pytest.raises(InvalidDatasetError, match=r"edge 0 \(0-based\) is .*pair"):
-        Graph.from_json(_graph(edges=[edge]))
+        graph_from_json(_graph(edges=[edge]))
 
 
 # -- 4. TU text -------------------------------------------------------------------------------------
@@ -193,24 +201,24 @@ def test_node_graph_labels_and_class_counts_are_bounded() -> None:
     del obj["num_classes"]
     obj["nodes"][1]["label"] = 10**9
     with pytest.raises(InvalidDatasetError, match="node 'b': label 1000000000 is too large"):
-        NodeGraph.from_json(obj)
+        node_graph_from_json(obj)
     with pytest.raises(InvalidDatasetError, match="JSON: num_classes is 1,000,000,000"):
-        NodeGraph.from_json(_node_graph(num_classes=10**9))
-    arrays = NodeGraph.from_json(_node_graph()).to_arrays()
+        node_graph_from_json(_node_graph(num_classes=10**9))
+    arrays = node_graph_to_arrays(node_graph_from_json(_node_graph()))
     arrays["num_classes"] = np.asarray(MAX_CLASSES + 1, dtype=np.int64)
     with pytest.raises(InvalidDatasetError, match="num_classes"):
-        NodeGraph.from_arrays(arrays)
+        node_graph_from_arrays(arrays)
 
 
 def test_graph_labels_tags_and_class_counts_are_bounded(tmp_path: Path) -> None:
     with pytest.raises(InvalidDatasetError, match="graph 'g': label 1000000000 is too large"):
-        Graph.from_json(_graph(label=10**9))
+        graph_from_json(_graph(label=10**9))
     obj = _graph()
     obj["nodes"][1]["tag"] = MAX_CLASSES
     with pytest.raises(InvalidDatasetError, match="graph 'g': node 'b': tag"):
-        Graph.from_json(obj)
+        graph_from_json(obj)
     for name in ("num_classes", "num_tags"):
         arrays = _collection_arrays(tmp_path)
         arrays[name] = np.asarray(10**9, dtype=np.int64)
         with pytest.raises(InvalidDatasetError, match=f"{name} is 1,000,000,000"):
-            GraphCollection.from_arrays(arrays)
+            collection_from_arrays(arrays)

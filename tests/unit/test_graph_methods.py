@@ -10,7 +10,8 @@ import torch
 
 from bench.baselines.gin import GINConfig, train_gin
 from unlearning.data import Dataset, make_synthetic
-from unlearning.data.graphs import Graph, GraphCollection, NodeGraph
+from unlearning.data.graphs.collection import Graph, GraphCollection
+from unlearning.data.graphs.node_graph import NodeGraph
 from unlearning.errors import (
     AlreadyDeletedError,
     DimensionMismatchError,

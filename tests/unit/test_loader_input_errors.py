@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from unlearning.data import Dataset, load_table, loaders
+from unlearning.data import Dataset, load_table, uploads
 from unlearning.errors import InvalidDatasetError
 
 HEADER = ["sample_id", "owner_id", "f1", "f2", "label"]
@@ -62,7 +62,7 @@ def test_csv_label_below_minus_64_bits_is_negative(tmp_path: Path) -> None:
 
 
 def test_max_classes_matches_the_service_cap() -> None:
-    assert loaders.MAX_CLASSES == 100_000
+    assert uploads.MAX_CLASSES == 100_000
 
 
 def test_csv_huge_integer_label_is_refused(tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_parquet_huge_label_is_refused(tmp_path: Path) -> None:
 
 def test_too_many_distinct_string_labels_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 100,001 distinct strings would make a slow test: lower the bound instead.
-    monkeypatch.setattr(loaders, "MAX_CLASSES", 2)
+    monkeypatch.setattr(uploads, "MAX_CLASSES", 2)
     path = _write_csv(
         tmp_path / "t.csv", [["a", "u", 1, 2, "x"], ["b", "u", 3, 4, "y"], ["c", "u", 5, 6, "z"]]
     )

@@ -154,7 +154,7 @@ def test_newton_removal_leaves_the_attack_the_retrain_s_view() -> None:
     train, test = _memorising_split(num_features=200, n=200, seed=11)
     method = get_method("newton_removal")
     privacy = PrivacyTarget(epsilon=1.0, delta=1e-4, release_mode="certified")
-    config = {"lam": 1e-2, "alpha": 0.1, "normalization": "row_l2"}
+    config = {"lam": 1e-2, "alpha": 0.1, "normalization": "row_l2", "intercept": 0.0}
     original, _ = method.fit(train, config, privacy, seed=5)
     ids = [train.sample_ids[i] for i in np.random.default_rng(0).permutation(len(train))[:40]]
     outcome = method.forget(original, ForgetRequest(sample_ids=tuple(ids)), 9, privacy, remaining=train)
@@ -195,7 +195,7 @@ def test_langevin_unlearning_leaves_the_attack_a_fresh_retrain_s_view() -> None:
     train, test = (_unit_rows(d) for d in _memorising_split(num_features=200, n=200, seed=7))
     method = get_method("langevin")
     privacy = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="certified")
-    config = {"batch_size": 16, "l2": 0.01, "sigma": 0.01}
+    config = {"batch_size": 16, "l2": 0.01, "sigma": 0.01, "intercept": False}
     original_gaps, unlearned_gaps = [], []
     for draw in range(3):
         state, _ = method.fit(train, config, privacy, seed=3 + draw)

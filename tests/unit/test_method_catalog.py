@@ -21,7 +21,7 @@ from unlearning.methods.protocol import (
     dataset_kind,
 )
 from unlearning.methods.registry import get_method, method_names
-from unlearning.models.flat import family_names
+from unlearning.models.families import family_names
 
 # Some keys are checked only alongside another setting: an MLP's widths only for family mlp, a clip norm's
 # range only while clipping is on (and its null only while it is off), and clipping needs a clip norm.

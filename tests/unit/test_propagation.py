@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from unlearning.data.graphs import NodeGraph
+from unlearning.data.graphs.node_graph import NodeGraph
 from unlearning.errors import InvalidConfigError
 from unlearning.models.propagation import (
     FeatureScaler,

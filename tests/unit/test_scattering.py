@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from unlearning.data.graphs import Graph
+from unlearning.data.graphs.collection import Graph
 from unlearning.errors import InvalidConfigError
 from unlearning.models.scattering import (
     ScatteringConfig,

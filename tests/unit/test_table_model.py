@@ -149,7 +149,7 @@ def test_a_model_with_signal_is_not_flagged_and_one_without_is() -> None:
     assert report.accuracy > report.majority_rate + 0.2 and report.baseline_accuracy > 0.85
     assert 46 <= report.holdout_rows <= 48 and report.holdout_rows + report.probe_train_rows == 240
     assert certificate.measured["quality_flagged"] == 0.0
-    noise, _ = method.fit(_table(n=300, seed=3, signal=False), {"epochs": 3}, AUDITED, 0)
+    noise, _ = method.fit(_table(n=300, seed=3, signal=False), {"epochs": 3, "l2": 0.5}, AUDITED, 0)
     flagged = QualityReport.from_dict(noise.accounting["quality"])
     assert flagged is not None and flagged.flagged and flagged.verdict == Verdict.NO_BETTER_THAN_MAJORITY
     assert "majority class" in flagged.note

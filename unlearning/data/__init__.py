@@ -1,15 +1,16 @@
 """Datasets and loaders."""
 
-from unlearning.data.dataset import Dataset
-from unlearning.data.loaders import (
+from unlearning.data.builtin import (
     load_covertype,
     load_mnist_idx,
     load_sklearn,
-    load_table,
     make_synthetic,
-    shared_data_dir,
+    mnist_subsets,
 )
-from unlearning.data.splits import mnist_subsets, subsample, train_test_split, train_test_subsets
+from unlearning.data.dataset import Dataset
+from unlearning.data.files import shared_data_dir
+from unlearning.data.splits import subsample, train_test_split, train_test_subsets
+from unlearning.data.uploads import load_table
 
 __all__ = [
     "Dataset",

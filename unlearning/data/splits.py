@@ -1,4 +1,4 @@
-"""Seeded subsets and train/test splits of a :class:`Dataset`.
+"""Seeded subsets and train/test splits of a :class:`Dataset`, and seeded partitions of an index range.
 
 Every random draw comes from one generator, ``numpy.random.Generator(numpy.random.PCG64(seed))``, and
 from one call on it: ``perm = rng.permutation(len(dataset))``. The functions only decide which rows of
@@ -19,14 +19,13 @@ so training code that wants a shuffled order shuffles with its own seed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from numbers import Integral, Real
-from pathlib import Path
 
 import numpy as np
 
 from unlearning.data.dataset import Dataset
-from unlearning.data.loaders import load_mnist_idx
-from unlearning.errors import InvalidConfigError
+from unlearning.errors import InvalidConfigError, InvalidDatasetError
 
 
 def _rng(seed: int) -> np.random.Generator:
@@ -132,24 +131,10 @@ def train_test_subsets(
     return dataset.take(np.sort(train_idx)), dataset.take(np.sort(test_idx))
 
 
-def mnist_subsets(
-    n_train: int = 1000,
-    n_test: int | None = None,
-    seed: int = 0,
-    *,
-    directory: str | Path | None = None,
-    flatten: bool = False,
-    stratify: bool = False,
-) -> tuple[Dataset, Dataset]:
-    """Disjoint seeded (train, test) subsets of MNIST, as in the papers' "n = 1,000" setting.
-
-    ``n_test`` defaults to floor(0.4 * n_train) (400 for n_train = 1000). The shared data folder holds only
-    the official 10,000-image MNIST *test* split, so both subsets are drawn from it (disjoint): say so
-    when comparing with a paper that drew its training subset from the official training split. The draw
-    is :func:`train_test_subsets` on :func:`unlearning.data.loaders.load_mnist_idx` (ids ``mnist-00000``..
-    name the row in that file, so a subset is reproducible from its ids alone).
-    """
-    if n_test is None:
-        n_test = (2 * n_train) // 5
-    full = load_mnist_idx(directory, flatten=flatten)
-    return train_test_subsets(full, n_train, n_test, seed, stratify=stratify)
+def split_indices(n: int, fractions: Sequence[float], seed: int) -> list[np.ndarray]:
+    """A seeded random partition of range(n) into consecutive parts of the given fractions (last takes the rest)."""
+    if not math.isclose(sum(fractions), 1.0, abs_tol=1e-9) or any(f <= 0 for f in fractions):
+        raise InvalidDatasetError(f"split fractions must be positive and sum to 1, got {list(fractions)}")
+    perm = np.random.default_rng(seed).permutation(n)
+    cuts = np.round(np.cumsum(fractions)[:-1] * n).astype(int)
+    return [np.sort(part) for part in np.split(perm, cuts)]

@@ -39,7 +39,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from unlearning.data.graphs import GraphCollection, graph_node_key
+from unlearning.data.graphs.collection import GraphCollection
+from unlearning.data.graphs.requests import graph_node_key
 from unlearning.device import default_device
 from unlearning.errors import (
     DimensionMismatchError,

@@ -38,7 +38,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from unlearning.data.graphs import NodeGraph, edge_key
+from unlearning.data.graphs.node_graph import NodeGraph
+from unlearning.data.graphs.requests import edge_key
 from unlearning.device import default_device
 from unlearning.errors import (
     DimensionMismatchError,

@@ -51,11 +51,12 @@ from unlearning.methods.protocol import (
 from unlearning.methods.registry import register
 from unlearning.methods.statistics import InMemorySampleStatistics
 from unlearning.models import ModelSpec, build_model
-from unlearning.models.flat import family_names
+from unlearning.models.families import family_names
 from unlearning.models.nets import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, hidden_widths
 from unlearning.privacy.certificate import Certificate, ReleaseMode
 from unlearning.privacy.gaussian import calibrate_sigma, largest_sensitivity
 from unlearning.privacy.hf_bound import hf_per_sample_bound, hf_total_bound
+from unlearning.sgd_defaults import DERIVED_KEYS, SGDRule, resolve_sgd
 from unlearning.steps import CLIP_MODES, SGDConfig
 from unlearning.training import TrainingRecord, replay_retrain, train_recorded
 from unlearning.validation import integer_at_least
@@ -96,6 +97,10 @@ MAX_EPOCHS = 1_000  # every batch of every epoch is scheduled up front and repla
 MAX_BATCH_SIZE = 2**20  # a batch at least the size of the data is already full-batch gradient descent
 MAX_RHO_ITERATIONS = 100  # power iterations per step for rho (default 3)
 
+# The data-derived SGD defaults (unlearning.sgd_defaults): batch min(32, n), at least 1000 steps within 200
+# epochs, lr 4 / mean ||[x, 1]||^2 decaying to 0.3 lr over the run.
+SGD_RULE = SGDRule(batch_size=32, min_steps=1000, max_epochs=200, lr_scale=4.0, final_lr_fraction=0.3)
+
 
 def _at_most(name: str, value: float, limit: float, hint: str = "") -> None:
     if value > limit:
@@ -105,8 +110,8 @@ def _at_most(name: str, value: float, limit: float, hint: str = "") -> None:
 
 def check_sgd_config(merged: Mapping[str, Any]) -> None:
     """The recorded-SGD settings, with their upper bounds, and, for an MLP, its widths (shared by the
-    SGD-trained methods)."""
-    cfg = sgd_config(merged)
+    SGD-trained methods). A None of :data:`unlearning.sgd_defaults.DERIVED_KEYS` passes: ``fit`` derives it."""
+    cfg = sgd_config({k: v for k, v in merged.items() if not (v is None and k in DERIVED_KEYS)})
     _at_most("lr", cfg.lr, MAX_LR)
     _at_most("l2", cfg.l2, MAX_L2)
     _at_most("epochs", cfg.epochs, MAX_EPOCHS)
@@ -129,13 +134,17 @@ def sgd_hyperparameters() -> tuple[HyperParameter, ...]:
                        choices=family_names()),
         HyperParameter("hidden", "integer_list", "Hidden layer widths of the MLP (family mlp only)",
                        minimum=1, maximum=MAX_HIDDEN_WIDTH, max_items=MAX_HIDDEN_LAYERS),
-        HyperParameter("epochs", "integer", "Passes of SGD over the training data", minimum=1, maximum=MAX_EPOCHS),
-        HyperParameter("batch_size", "integer", "Samples per SGD step", minimum=1, maximum=MAX_BATCH_SIZE),
+        HyperParameter("epochs", "integer", "Passes of SGD over the training data", minimum=1, maximum=MAX_EPOCHS,
+                       nullable=True, null_means="derived from the data (unlearning.sgd_defaults): enough passes for a fixed number of SGD steps"),
+        HyperParameter("batch_size", "integer", "Samples per SGD step", minimum=1, maximum=MAX_BATCH_SIZE,
+                       nullable=True, null_means="derived from the data (unlearning.sgd_defaults): min(default batch, n)"),
         HyperParameter("lr", "number", "Initial SGD step size eta", minimum=0, exclusive_minimum=True,
-                       maximum=MAX_LR),
+                       maximum=MAX_LR, nullable=True, null_means="derived from the data (unlearning.sgd_defaults): 4 / mean ||[x, 1]||^2"),
         HyperParameter("lr_decay", "number", "Per-step decay q of the step size, eta_t = eta * q^t (1: constant)",
-                       minimum=0, exclusive_minimum=True, maximum=1),
-        HyperParameter("l2", "number", "L2 regularisation coefficient of (l2/2)||w||^2", minimum=0, maximum=MAX_L2),
+                       minimum=0, exclusive_minimum=True, maximum=1, nullable=True,
+                       null_means="derived from the data (unlearning.sgd_defaults): the decay over the run's steps (constant for mini_unlearning)"),
+        HyperParameter("l2", "number", "L2 regularisation coefficient of (l2/2)||w||^2", minimum=0, maximum=MAX_L2,
+                       nullable=True, null_means="derived from the data (unlearning.sgd_defaults): 1/n"),
         HyperParameter("clip_norm", "number", "Gradient clipping threshold (needed unless clip_mode is none)",
                        minimum=0, exclusive_minimum=True, maximum=MAX_CLIP_NORM, nullable=True,
                        null_means="no clipping threshold (only with clip_mode none)"),
@@ -242,15 +251,20 @@ class HessianFree:
         return ("certified", "audited")
 
     def default_config(self) -> dict[str, Any]:
-        """R1 of digest 002 section 8: MNIST logistic regression, 15 epochs, batch 32, eta 0.05."""
+        """Logistic regression by recorded SGD, batch clipping at 5 (digest 002 section 8); None means
+        "derive it from the data" by :data:`SGD_RULE` (:mod:`unlearning.sgd_defaults`): l2 = 1/n,
+        batch_size = min(32, n), epochs = min(200, max(1, ceil(1000 / ceil(n / batch_size)))),
+        lr = 4 / mean_i ||[x_i, 1]||^2 and lr_decay = 0.3^(1/T) over the T steps. The precompute costs
+        about 4 n^2 * dim(w) flops per epoch (every step propagates all n vectors), hence one epoch once an
+        epoch has 1000 steps."""
         return {
             "family": "logistic_regression",
             "hidden": [64],
-            "epochs": 15,
-            "batch_size": 32,
-            "lr": 0.05,
-            "lr_decay": 0.995,
-            "l2": 0.5,
+            "epochs": None,
+            "batch_size": None,
+            "lr": None,
+            "lr_decay": None,
+            "l2": None,
             "clip_norm": 5.0,
             "clip_mode": "batch",
             "rho_iterations": 3,
@@ -279,7 +293,8 @@ class HessianFree:
         progress: ProgressCallback | None = None,
         policy: BudgetPolicy | None = None,
     ) -> tuple[MethodState, Certificate]:
-        merged = {**self.default_config(), **dict(config)}
+        self.check_config(config)
+        merged = resolve_sgd({**self.default_config(), **dict(config)}, dataset, SGD_RULE)
         spec = model_spec_for(dataset, merged)
         cfg = sgd_config(merged)
         model = build_model(spec)

@@ -71,6 +71,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from unlearning.data import Dataset
 from unlearning.device import default_device
@@ -100,6 +101,9 @@ FAMILY = "logistic_regression"
 BOUND_NAME = "sglu_w_inf_thm3.11"
 BUDGET_UNIT = "deleted_samples"
 PAPER_L2_PER_SAMPLE = 1e-6  # lam = 1e-6 * n (App. K.3)
+ROW_NORM_QUANTILE = 0.9  # a derived feature bound: this quantile of the training rows' norms
+BURN_IN_STEPS = (50_000, 10, 200_000)  # a derived l2 fits its burn-in in min(200k, max(50k, 10 n)) noisy steps
+MAX_BURN_IN_STEPS = 1_000_000  # the burn-in refused when max_burn_in_epochs is None: this many noisy steps
 _REL_TOL = 1e-9
 _NORM_SLACK = 1e-6  # float32 features: a row may exceed the recorded bound by rounding only
 _MASK64 = (1 << 64) - 1
@@ -111,7 +115,10 @@ class LogisticProblem:
     """L2-regularised (reference-class multinomial) logistic regression with per-sample clipping.
 
     The trained parameter is W of shape (C - 1, D + intercept): row k scores class k + 1 against the
-    reference class 0. ``feature_bound`` bounds ||[x, 1]|| (or ||x||) over the data universe.
+    reference class 0. ``feature_bound`` bounds ||[x, 1]|| (or ||x||) over the data universe. With
+    ``row_clip`` every row is first scaled onto that bound when it lies outside it (x <- x min(1, B_x/||x||),
+    B_x = sqrt(feature_bound^2 - 1) with the intercept, feature_bound without): a fixed row-local map, so
+    the algorithm is PNSGD on the clipped rows and every constant holds for them.
     """
 
     num_classes: int
@@ -120,6 +127,7 @@ class LogisticProblem:
     l2: float
     clip: float
     feature_bound: float
+    row_clip: bool = False
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -142,6 +150,9 @@ class LogisticProblem:
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:
         x = x.reshape(x.shape[0], -1)
+        if self.row_clip:
+            limit = math.sqrt(max(self.feature_bound**2 - float(self.intercept), 0.0))
+            x = x * torch.clamp(limit / x.norm(dim=1, keepdim=True).clamp_min(1e-300), max=1.0)
         if self.intercept:
             x = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)], dim=1)
         return x
@@ -151,10 +162,7 @@ class LogisticProblem:
         r_i = s_i (p_i - e_{y_i}) with p the softmax over [0, W x] without class 0 and
         s_i = min(1, M / ||grad_i||) (Pi_{C_M} of App. K.3, eq. 72)."""
         logits = torch.cat([torch.zeros(x.shape[0], 1, dtype=x.dtype, device=x.device), x @ w.T], dim=1)
-        r = torch.softmax(logits, dim=1)[:, 1:]
-        rows = torch.arange(x.shape[0], device=x.device)
-        hit = y > 0
-        r[rows[hit], y[hit] - 1] -= 1.0
+        r = torch.softmax(logits, dim=1)[:, 1:] - F.one_hot(y, self.num_classes)[:, 1:]
         norms = r.norm(dim=1) * x.norm(dim=1)
         scale = torch.clamp(self.clip / norms.clamp_min(1e-300), max=1.0)
         return r * scale.unsqueeze(1)
@@ -185,12 +193,12 @@ class LogisticProblem:
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_classes": self.num_classes, "num_features": self.num_features, "intercept": self.intercept,
-                "l2": self.l2, "clip": self.clip, "feature_bound": self.feature_bound}
+                "l2": self.l2, "clip": self.clip, "feature_bound": self.feature_bound, "row_clip": self.row_clip}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LogisticProblem:
         return cls(int(d["num_classes"]), int(d["num_features"]), bool(d["intercept"]), float(d["l2"]),
-                   float(d["clip"]), float(d["feature_bound"]))
+                   float(d["clip"]), float(d["feature_bound"]), bool(d.get("row_clip", False)))
 
 
 def project(w: torch.Tensor, radius: float) -> torch.Tensor:
@@ -335,6 +343,59 @@ def _row_norms(data: Dataset, intercept: bool) -> np.ndarray:
     return np.sqrt(sq + (1.0 if intercept else 0.0))
 
 
+def derived_feature_bound(norms: np.ndarray, intercept: bool) -> float:
+    """The feature bound when ``feature_bound`` is None: B = sqrt(q^2 + intercept), q the
+    ``ROW_NORM_QUANTILE`` (0.9) quantile of the rows' norms ||x|| (their maximum when that quantile is 0);
+    rows above it are clipped onto it (``LogisticProblem.row_clip``). L = curvature * B^2 + lam sets the step
+    size 1/L and the burn-in grows with B^2, so a few rows of large norm must not set B.
+    """
+    q = float(np.quantile(norms, ROW_NORM_QUANTILE)) if len(norms) else 0.0
+    if not q > 0:
+        q = float(norms.max()) if len(norms) else 0.0
+    if not q > 0:
+        raise InvalidDatasetError("every feature vector is zero: nothing to learn from")
+    return math.sqrt(q * q + float(intercept))
+
+
+def burn_in_step_budget(n: int) -> int:
+    """S = min(200,000, max(50,000, 10 n)) noisy steps: the burn-in a derived ``l2`` allows (a few seconds
+    on one core for a few hundred rows, under a minute at 100,000 rows)."""
+    low, per_row, high = BURN_IN_STEPS
+    return min(high, max(low, per_row * n))
+
+
+def derived_l2(
+    n: int, data_smoothness: float, clip: float, slots: int, b: int, radius: float, tolerance: float,
+    steps: int | None = None,
+) -> float:
+    """The L2 coefficient when ``l2`` is None: lam = max(1/n, lam_S).
+
+    1/n is scikit-learn's default C = 1 written for the mean loss (mean l_i + lam/2 ||w||^2). lam_S is the
+    least lam whose burn-in takes at most S noisy steps (``steps``, default :func:`burn_in_step_budget`),
+    N T(lam) <= S with T the epochs of
+    :func:`unlearning.privacy.langevin_accountant.epochs_to_converge` at eta = 1/L, L = ``data_smoothness``
+    + lam (found by bisection on log lam): the contraction c = 1 - lam/L makes the burn-in about
+    (L/lam) ln(2R / (tolerance Z_B)) steps, so a weaker regulariser than lam_S trains for longer than
+    S steps. When even one epoch exceeds S steps (N > S), lam_S is the least lam with T = 1.
+    """
+    def burn_in_steps(lam: float) -> int:
+        L = data_smoothness + lam
+        const = acc.PNSGDConstants(slots, b, 1.0 / L, lam, clip, radius, L)
+        return const.batches * acc.epochs_to_converge(const, tolerance)
+
+    target = max(burn_in_step_budget(n) if steps is None else int(steps), slots // b)
+    lam = 1.0 / n
+    if burn_in_steps(lam) <= target:
+        return lam
+    lo, hi = lam, 2.0 * lam
+    while burn_in_steps(hi) > target and hi < 1e6 * data_smoothness:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(30):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if burn_in_steps(mid) <= target else (mid, hi)
+    return hi
+
+
 def _positive(config: Mapping[str, Any], name: str) -> float:
     return positive_number(name, config[name])
 
@@ -376,8 +437,8 @@ class Langevin:
             HyperParameter("batch_size", "integer", "Samples per noisy gradient step (0, or at least the number "
                            "of samples: full batch)", minimum=0),
             HyperParameter("l2", "number", "Strength m of the L2 regularisation", **positive, nullable=True,
-                           null_means=f"derived from the data: {PAPER_L2_PER_SAMPLE:g} x the number of training "
-                           "samples (the paper's setting)"),
+                           null_means="derived from the data: max(1/n, the least l2 whose burn-in fits the noisy-step "
+                           "budget min(200k, max(50k, 10 n)))"),
             HyperParameter("lr", "number", "Step size eta, at most 1/L (checked when training starts)", **positive,
                            nullable=True, null_means="derived from the data: 1/L, L the smoothness of the objective"),
             HyperParameter("clip_norm", "number", "Per-sample gradient clipping threshold M", **positive,
@@ -385,7 +446,8 @@ class Langevin:
                            "features allow (never clips)"),
             HyperParameter("feature_bound", "number", "Bound on every feature vector's norm (the intercept's 1 "
                            "included); L and M are derived from it", **positive, nullable=True,
-                           null_means="derived from the data: the largest norm over the training samples"),
+                           null_means="derived from the data: the 90% quantile of the rows' norms, rows above it clipped "
+                           "onto it"),
             HyperParameter("intercept", "boolean", "Append a constant feature 1 (a bias)"),
             HyperParameter("radius", "number", "Radius R of the ball the iterates are projected onto", **positive),
             HyperParameter("epochs", "integer", "Noisy training epochs (the burn-in T)", minimum=1, nullable=True,
@@ -404,7 +466,8 @@ class Langevin:
             HyperParameter("max_unlearning_epochs", "integer", "Most noisy epochs one request may take; beyond "
                            "it the model retrains", minimum=1),
             HyperParameter("max_burn_in_epochs", "integer", "Most epochs a derived burn-in may take; a longer "
-                           "one is refused when training starts", minimum=1),
+                           "one is refused when training starts", minimum=1, nullable=True,
+                           null_means="at most 1,000,000 noisy steps"),
         )
 
     def families(self) -> tuple[str, ...]:
@@ -420,18 +483,24 @@ class Langevin:
         return ModelSpec.from_dict(dict(data))
 
     def default_config(self) -> dict[str, Any]:
-        """The paper's setting (digest 1.3, 5.2) where it carries over; None means "derive it":
+        """The paper's setting (digest 1.3, 5.2) where it carries over; None means "derive it from the data"
+        (the values used are recorded in the accounting):
 
         - ``batch_size`` 128 (the paper's mini-batch setting; ``0`` or >= n means full batch);
-        - ``l2`` None: the paper's lam = 1e-6 n; ``lr`` None: eta = 1/L;
+        - ``intercept`` true: a constant feature 1 (a bias, regularised like every weight);
+        - ``feature_bound`` None: :func:`derived_feature_bound`, the 90% quantile of the rows' norms (with the
+          intercept's 1), rows above it clipped onto it; a given bound must hold for every row instead;
+        - ``l2`` None: :func:`derived_l2`, lam = max(1/n, the least lam whose burn-in fits
+          :func:`burn_in_step_budget` noisy steps); ``lr`` None: eta = 1/L;
         - ``clip_norm`` None: M = the largest data-gradient norm the features allow (never clips);
-        - ``feature_bound`` None: max ||x|| (with the intercept's 1) over the training data, recorded;
         - ``radius`` R = 100; ``epochs`` None: the burn-in T with 2R c^(TN) <= burn_in_tolerance Z_B;
-        - ``sigma`` 0.03, the paper's value for its sequential experiments (Fig. 3b; features of norm <= 1):
-          utility is fixed and each request gets the K the accountant needs. None: the least sigma for
-          which every single-sample request, however many, needs at most ``target_epochs`` noisy epochs at
-          the model's (epsilon, delta) (Thm 3.11 fixed point) -- cheap deletions, but on small datasets
-          that sigma can be large enough to ruin accuracy (check ``measured.train_accuracy``);
+          ``max_burn_in_epochs`` None: a burn-in of more than ``MAX_BURN_IN_STEPS`` noisy steps is refused;
+        - ``sigma`` 0.01: utility is fixed and each request gets the K the accountant needs (the stationary
+          law is about N(w*, sigma^2 H^-1), so with lam near 1/n a larger sigma widens it in the weakly
+          regularised directions; docs/decisions.md has the measurements). None: the least sigma for which every
+          single-sample request, however many, needs at most ``target_epochs`` noisy epochs at the model's
+          (epsilon, delta) (Thm 3.11 fixed point) -- cheap deletions, but on small datasets that sigma can be
+          large enough to ruin accuracy (check ``measured.train_accuracy``);
         - ``pabi`` "paper" (c^(2KN)) or "tight" (shift-optimal); ``conversion`` "paper" (Prop K.2) or
           "dp_accounting" (tighter RDP -> DP conversion).
         """
@@ -442,16 +511,16 @@ class Langevin:
             "lr": None,
             "clip_norm": None,
             "feature_bound": None,
-            "intercept": False,
+            "intercept": True,
             "radius": 100.0,
             "epochs": None,
             "burn_in_tolerance": 1e-3,
-            "sigma": 0.03,
+            "sigma": 0.01,
             "target_epochs": 1,
             "pabi": "paper",
             "conversion": "paper",
             "max_unlearning_epochs": 10_000,
-            "max_burn_in_epochs": 5_000,
+            "max_burn_in_epochs": None,
         }
 
     def check_config(self, config: Mapping[str, Any]) -> None:
@@ -463,10 +532,11 @@ class Langevin:
             _optional_positive(merged, name)
         for name in ("radius", "burn_in_tolerance"):
             _positive(merged, name)
-        for name in ("target_epochs", "max_unlearning_epochs", "max_burn_in_epochs"):
+        for name in ("target_epochs", "max_unlearning_epochs"):
             _int_at_least(merged, name, 1)
-        if merged["epochs"] is not None:
-            _int_at_least(merged, "epochs", 1)
+        for name in ("epochs", "max_burn_in_epochs"):
+            if merged[name] is not None:
+                _int_at_least(merged, name, 1)
         self._num_batches(1, merged)
 
     # ----------------------------------------------------------------------------------------- fit
@@ -481,12 +551,12 @@ class Langevin:
     ) -> tuple[MethodState, Certificate]:
         started = time.perf_counter()
         merged = {**self.default_config(), **dict(config)}
-        problem = self._problem(dataset, merged)
         partition_seed, noise_seed = _derive_seed(seed, "partition"), _derive_seed(seed, "noise")
         hashes = sample_hashes(dataset.sample_ids, partition_seed)
         num_batches = self._num_batches(len(dataset), merged)
         assignment = batch_of(hashes, num_batches)
         b = int(np.bincount(assignment, minlength=num_batches).max())
+        problem = self._problem(dataset, merged, num_batches * b, b)
         eta = self._step_size(problem, merged)
         const = acc.PNSGDConstants(num_batches * b, b, eta, problem.l2, problem.clip,
                                    _positive(merged, "radius"), problem.smoothness)
@@ -560,22 +630,23 @@ class Langevin:
         if not isinstance(config["intercept"], bool):
             raise InvalidConfigError(f"intercept must be true or false, got {config['intercept']!r}")
 
-    def _problem(self, dataset: Dataset, config: Mapping[str, Any]) -> LogisticProblem:
+    def _problem(self, dataset: Dataset, config: Mapping[str, Any], slots: int, b: int) -> LogisticProblem:
+        """The problem of ``config`` on ``dataset``, its None values derived from the data: the feature
+        bound by :func:`derived_feature_bound` (rows outside it are clipped onto it), ``l2`` by
+        :func:`derived_l2` for the partition of ``slots`` slots in batches of ``b``."""
         self._check_choices(config)
         intercept = config["intercept"]
         norms = _row_norms(dataset, intercept)
         bound = _optional_positive(config, "feature_bound")
+        row_clip = bound is None
         if bound is None:
-            bound = float(norms.max())
-            if not bound > 0:
-                raise InvalidDatasetError("every feature vector is zero: nothing to learn from")
+            bound = derived_feature_bound(_row_norms(dataset, False), intercept)
         elif norms.max() > bound * (1 + _NORM_SLACK):
             row = int(np.argmax(norms))
             raise InvalidDatasetError(
                 f"sample {dataset.sample_ids[row]!r} has feature norm {norms[row]:.6g} above feature_bound "
                 f"{bound}: normalise the features or raise the bound (L and M are derived from it)"
             )
-        l2 = _optional_positive(config, "l2") or PAPER_L2_PER_SAMPLE * len(dataset)
         C = dataset.num_classes
         natural = (1.0 if C == 2 else math.sqrt(2.0)) * bound
         clip = _optional_positive(config, "clip_norm") or natural
@@ -585,7 +656,12 @@ class Langevin:
                 f"{natural:.6g}); a clipped multinomial gradient is not the gradient of a convex loss, so the "
                 "guarantee would not hold: leave clip_norm unset or use two classes"
             )
-        return LogisticProblem(C, dataset.num_features, intercept, l2, clip, bound)
+        problem = LogisticProblem(C, dataset.num_features, intercept, 0.0, clip, bound, row_clip)
+        l2 = _optional_positive(config, "l2")
+        if l2 is None:
+            l2 = derived_l2(len(dataset), problem.smoothness, clip, slots, b, _positive(config, "radius"),
+                            _positive(config, "burn_in_tolerance"))
+        return replace(problem, l2=l2)
 
     @staticmethod
     def _num_batches(n: int, config: Mapping[str, Any]) -> int:
@@ -612,7 +688,10 @@ class Langevin:
         if config.get("epochs") is not None:
             return _int_at_least(config, "epochs", 1)
         epochs = acc.epochs_to_converge(const, _positive(config, "burn_in_tolerance"))
-        cap = _int_at_least(config, "max_burn_in_epochs", 1)
+        if config.get("max_burn_in_epochs") is None:
+            cap = math.ceil(MAX_BURN_IN_STEPS / const.batches)
+        else:
+            cap = _int_at_least(config, "max_burn_in_epochs", 1)
         if epochs > cap:
             # A weakly regularised small dataset contracts so slowly that the burn-in runs for hours;
             # refuse up front instead of training silently that long.
@@ -725,7 +804,7 @@ class Langevin:
                 "not yet forgotten, including the ones this request names"
             )
         norms = _row_norms(remaining, problem.intercept)
-        if norms.max() > problem.feature_bound * (1 + _NORM_SLACK):
+        if not problem.row_clip and norms.max() > problem.feature_bound * (1 + _NORM_SLACK):
             row = int(np.argmax(norms))
             raise InvalidDatasetError(
                 f"sample {remaining.sample_ids[row]!r} has feature norm {norms[row]:.6g} above the model's "

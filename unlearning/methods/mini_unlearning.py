@@ -84,8 +84,10 @@ from unlearning.methods.protocol import (
 )
 from unlearning.methods.registry import register
 from unlearning.models import ModelSpec, build_model
-from unlearning.models.flat import FlatModel, family_names
+from unlearning.models.families import family_names
+from unlearning.models.flat import FlatModel
 from unlearning.privacy.certificate import Certificate, ReleaseMode
+from unlearning.sgd_defaults import SGDRule, resolve_sgd
 from unlearning.steps import SGDConfig, StepMap, make_step_map, sgd_direction
 from unlearning.training import BatchSchedule, dataset_tensors
 from unlearning.validation import integer_at_least
@@ -96,6 +98,9 @@ DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.flo
 BOUND_NAME = "none"
 ARTIFACTS = ("snapshots", "batch_rows", "window_sample_ids", "directions", "step_sizes")
 _PAD = -1  # batch_rows padding for a batch smaller than the largest one
+# The data-derived SGD defaults (unlearning.sgd_defaults): batch min(256, n), at least 2000 steps within
+# 1000 epochs, lr 4 / mean ||[x, 1]||^2 (constant: lr_decay stays 1).
+SGD_RULE = SGDRule(batch_size=256, min_steps=2000, max_epochs=1000, lr_scale=4.0)
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -593,21 +598,22 @@ class MiniUnlearning:
         return ModelSpec.from_dict(dict(data))
 
     def default_config(self) -> dict[str, Any]:
-        """The paper's setting (Sec. 5.1): L2 logistic regression, plain SGD, eta 0.01, L2 0.005, k 10, m 2.
+        """The paper's setting (Sec. 5.1): L2 logistic regression, plain SGD at a constant step, k 10, m 2.
 
-        The paper leaves B and T open; batch 256 and 20 epochs are our choice. ``l2`` is the coefficient
-        of (l2/2)||w||^2 (the paper does not say which convention its 0.005 uses). ``max_deletion_fraction``
-        is the retrain ratio used only when the budget policy sets no limit of its own (15%, the largest
-        ratio the paper evaluates).
+        None means "derive it from the data" by :data:`SGD_RULE` (:mod:`unlearning.sgd_defaults`):
+        l2 = 1/n (the coefficient of (l2/2)||w||^2), batch_size = min(256, n),
+        epochs = min(1000, max(1, ceil(2000 / ceil(n / batch_size)))) and lr = 4 / mean_i ||[x_i, 1]||^2.
+        ``max_deletion_fraction`` is the retrain ratio used only when the budget policy sets no limit of
+        its own (15%, the largest ratio the paper evaluates).
         """
         return {
             "family": "logistic_regression",
             "hidden": [64],
-            "epochs": 20,
-            "batch_size": 256,
-            "lr": 0.01,
+            "epochs": None,
+            "batch_size": None,
+            "lr": None,
             "lr_decay": 1.0,
-            "l2": 0.005,
+            "l2": None,
             "clip_norm": None,
             "clip_mode": "none",
             "k": 10,
@@ -638,7 +644,7 @@ class MiniUnlearning:
         policy: BudgetPolicy | None = None,
     ) -> tuple[MethodState, Certificate]:
         _require_audited(privacy)
-        merged = self._merged(config)
+        merged = resolve_sgd(self._merged(config), dataset, SGD_RULE)
         wc = WindowConfig.from_config(merged)
         spec = model_spec_for(dataset, merged)
         model = build_model(spec)

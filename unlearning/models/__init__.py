@@ -4,6 +4,8 @@ Every method works on the flat vector ``w`` (the approximator vectors a^{-u} of 
 live in the same space), so a family only says how to build its module and how to initialise it.
 """
 
-from unlearning.models.flat import FlatModel, ModelSpec, build_model, family_names
+from unlearning.models.families import family_names
+from unlearning.models.flat import FlatModel, build_model
+from unlearning.models.spec import ModelSpec
 
 __all__ = ["FlatModel", "ModelSpec", "build_model", "family_names"]

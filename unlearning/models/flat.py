@@ -1,71 +1,23 @@
-"""Flat-parameter wrapper over torch modules and the registry of model families."""
+"""Flat-parameter wrapper over torch modules, and :func:`build_model`, which builds one from a
+:class:`~unlearning.models.spec.ModelSpec` through the family table of :mod:`unlearning.models.families`."""
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 from torch.func import functional_call
 
 from unlearning.errors import DimensionMismatchError, InvalidConfigError
+from unlearning.models.families import module_builder
+from unlearning.models.spec import ModelSpec
+
+__all__ = ["FlatModel", "build_model"]
 
 _DEFAULT_GENERATOR = threading.Lock()
 """Held while a thread seeds and draws from torch's process-wide default generator."""
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """The architecture: family name, input shape (without the batch axis), classes, family options."""
-
-    family: str
-    input_shape: tuple[int, ...]
-    num_classes: int
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "family": self.family,
-            "input_shape": list(self.input_shape),
-            "num_classes": self.num_classes,
-            "options": dict(self.options),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
-        return cls(
-            family=str(data["family"]),
-            input_shape=tuple(int(s) for s in data["input_shape"]),
-            num_classes=int(data["num_classes"]),
-            options=dict(data.get("options", {})),
-        )
-
-
-ModuleBuilder = Callable[[ModelSpec], nn.Module]
-_FAMILIES: dict[str, ModuleBuilder] = {}
-
-
-def register_family(name: str) -> Callable[[ModuleBuilder], ModuleBuilder]:
-    def deco(builder: ModuleBuilder) -> ModuleBuilder:
-        _FAMILIES[name] = builder
-        return builder
-
-    return deco
-
-
-def family_names() -> tuple[str, ...]:
-    _load_families()
-    return tuple(sorted(_FAMILIES))
-
-
-def _load_families() -> None:
-    # Importing the family modules registers them; done lazily to avoid an import cycle.
-    import unlearning.models.linear
-    import unlearning.models.nets  # noqa: F401
 
 
 class FlatModel:
@@ -133,13 +85,8 @@ def _reset(m: nn.Module) -> None:
 
 
 def build_model(spec: ModelSpec) -> FlatModel:
-    _load_families()
-    try:
-        builder = _FAMILIES[spec.family]
-    except KeyError:
-        raise InvalidConfigError(
-            f"unknown model family {spec.family!r}; choose one of {sorted(_FAMILIES)}"
-        ) from None
+    """The flat model of ``spec``; an unknown family or fewer than 2 classes is an InvalidConfigError."""
+    builder = module_builder(spec.family)
     if spec.num_classes < 2:
         raise InvalidConfigError(f"num_classes must be >= 2, got {spec.num_classes}")
     return FlatModel(spec, builder(spec))

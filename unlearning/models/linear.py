@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from unlearning.models.flat import ModelSpec, register_family
+from unlearning.models.spec import ModelSpec
 
 
 class SoftmaxRegression(nn.Module):
@@ -33,6 +33,6 @@ class SoftmaxRegression(nn.Module):
         return x @ self.theta[:, :-1].T + self.theta[:, -1]
 
 
-@register_family("logistic_regression")
-def _build_logistic(spec: ModelSpec) -> nn.Module:
+def build_logistic_regression(spec: ModelSpec) -> nn.Module:
+    """The ``logistic_regression`` family: :class:`SoftmaxRegression` on the flattened input."""
     return SoftmaxRegression(math.prod(spec.input_shape), spec.num_classes)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from unlearning.errors import InvalidConfigError
-from unlearning.models.flat import ModelSpec, register_family
+from unlearning.models.spec import ModelSpec
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 
@@ -44,7 +44,7 @@ def hidden_widths(value: object) -> list[int]:
 
 
 def mlp_parameter_count(input_dim: int, hidden: list[int], num_classes: int) -> int:
-    """Weights and biases of the MLP ``_build_mlp`` makes, counted without allocating it."""
+    """Weights and biases of the MLP :func:`build_mlp` makes, counted without allocating it."""
     widths = [input_dim, *hidden, num_classes]
     return sum((a + 1) * b for a, b in itertools.pairwise(widths))
 
@@ -59,9 +59,9 @@ def check_mlp_size(input_dim: int, hidden: list[int], num_classes: int) -> None:
         )
 
 
-@register_family("mlp")
-def _build_mlp(spec: ModelSpec) -> nn.Module:
-    """Flatten, then Linear-activation blocks of widths ``options["hidden"]`` (default (64,))."""
+def build_mlp(spec: ModelSpec) -> nn.Module:
+    """The ``mlp`` family: flatten, then Linear-activation blocks of widths ``options["hidden"]``
+    (default (64,))."""
     hidden = hidden_widths(spec.options.get("hidden", (64,)))
     act_name = str(spec.options.get("activation", "tanh"))
     if act_name not in _ACTIVATIONS:
@@ -83,9 +83,9 @@ def _require_image(spec: ModelSpec, channels: int, size: int) -> None:
         )
 
 
-@register_family("cnn")
-def _build_cnn(spec: ModelSpec) -> nn.Module:
-    """conv 1->10 k5, pool, conv 10->20 k5, pool, fc 320->50->10 (21,840 parameters for MNIST).
+def build_cnn(spec: ModelSpec) -> nn.Module:
+    """The ``cnn`` family: conv 1->10 k5, pool, conv 10->20 k5, pool, fc 320->50->10 (21,840 parameters
+    for MNIST).
 
     ReLU after each conv+pool and after fc1, as the authors' model; no dropout (training and Stage II
     must see one deterministic map).
@@ -105,9 +105,9 @@ def _build_cnn(spec: ModelSpec) -> nn.Module:
     )
 
 
-@register_family("lenet5")
-def _build_lenet(spec: ModelSpec) -> nn.Module:
-    """conv 1->6 k5 pad2, pool, conv 6->16 k5, pool, fc 400->120->84->10 (61,706 parameters)."""
+def build_lenet5(spec: ModelSpec) -> nn.Module:
+    """The ``lenet5`` family: conv 1->6 k5 pad2, pool, conv 6->16 k5, pool, fc 400->120->84->10 (61,706
+    parameters)."""
     _require_image(spec, 1, 28)
     return nn.Sequential(
         nn.Conv2d(1, 6, kernel_size=5, padding=2),

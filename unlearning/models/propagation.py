@@ -39,7 +39,7 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
-from unlearning.data.graphs import NodeGraph
+from unlearning.data.graphs.node_graph import NodeGraph
 from unlearning.errors import InvalidConfigError
 from unlearning.validation import integer_at_least
 

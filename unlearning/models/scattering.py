@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
-from unlearning.data.graphs import Graph
+from unlearning.data.graphs.collection import Graph
 from unlearning.errors import InvalidConfigError
 from unlearning.validation import integer_at_least
 
