@@ -30,6 +30,7 @@ import httpx
 import psycopg
 import redis
 
+from service.db.embedded import stop_embedded
 from service.receipts.signing import new_seed
 from workers.launcher import celery_program, worker_argv
 
@@ -220,8 +221,12 @@ def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, subproces
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**env, "LETHE_PORT": str(port), "LETHE_LOG_LEVEL": "warning"}
-    with started("the API", [sys.executable, "-m", "service"], env, log, answers(f"{base}/readyz")) as proc:
-        yield base, proc
+    try:
+        with started("the API", [sys.executable, "-m", "service"], env, log, answers(f"{base}/readyz")) as proc:
+            yield base, proc
+    finally:
+        if not env.get("LETHE_DATABASE_URL") and env.get("LETHE_VAR_DIR"):
+            stop_embedded(Path(env["LETHE_VAR_DIR"]))  # in case the API was killed before it stopped it
 
 
 # -- CPU accounting ------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ mode never starts it: ``LETHE_DATABASE_URL`` names the server there.
 
 from __future__ import annotations
 
+import os
+import signal
 import warnings
 from pathlib import Path
 
@@ -24,3 +26,17 @@ def embedded_database_url(var_dir: Path) -> str:
 
         server = get_server(var_dir.resolve() / DATA_DIRECTORY, cleanup_mode="stop")
     return server.get_uri()
+
+
+def stop_embedded(var_dir: Path) -> None:
+    """Stop the embedded server of ``var_dir`` if it runs: for a process that could not stop it itself
+    (killed before its exit handlers ran). Postgres reads SIGINT as a fast shutdown."""
+    pid_file = var_dir / DATA_DIRECTORY / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGINT)
+    except OSError:
+        pass  # already gone
