@@ -18,7 +18,7 @@ processes) and its SQL statements and round trips to Postgres counted; the first
 ``--warmup`` rounds are left out (SQLAlchemy compiles each statement once per process). Nothing else
 runs, so these are the floor of ``bench.service``'s figures: add the job's dispatch (publishing it and
 the worker picking it up, a few milliseconds) and HTTP, and they make POST-to-completed of an unloaded
-service. Under load every phase waits for the cores as well (bench/README.md, items 19 and 20).
+service. Under load every phase waits for the cores as well.
 
 The last line of stdout is one JSON object: per phase the medians ``cpu_ms``, ``wall_ms``,
 ``statements`` and ``round_trips``, and the mean ``postgres_cpu_ms``; ``floor_ms``, the sum of the phases' wall times; and ``floor_over_target``, that floor

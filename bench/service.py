@@ -20,7 +20,7 @@ batch 32, L2 0.5, decay 0.995, clip 5; digest 002 section 8) and measures, over 
   has completed; Linux /proc, empty elsewhere). It says where the two cores go;
 - ``versions_offered_load`` and ``cpu_ms_per_version_offered_load``: how many versions (update rounds)
   the offered load made, and the CPU of each process group per version: a round's cost, which barely
-  depends on how many requests it takes (bench/README.md, item 18);
+  depends on how many requests it takes;
 - ``first_request_ms``: POST to completed of the first deletion the fresh API and worker see. It opens a
   warm-up of ``warmup`` deletions at 50/s, excluded from every other figure: a new process pays one-time
   costs on its first requests (SQLAlchemy compiles each statement once per process, the caches load the

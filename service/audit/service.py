@@ -30,7 +30,7 @@ def completions_chain(model_id: int) -> str:
     A chain of its own, like :func:`requests_chain`, so that completing one version (which holds its
     chain's head across the unlinks of the version's garbage) and recording the next (which appends to
     the model's chain) never wait for each other's lock on one chain head when two worker processes do
-    them at once (``bench/README.md``, items 29 and 30).
+    them at once.
     """
     return f"model:{model_id}:completions"
 

@@ -8,7 +8,7 @@ completion) are built at import, on the Core tables (:func:`table`), with their 
 parameters, and executed through the session (which still autoflushes before them). Building an ORM
 statement per call (the query objects, their cache key, the ORM's compile state) cost about as much
 CPU as executing it: 410 microseconds for an ORM UPDATE built per call against 190 for the same UPDATE
-built once on the table (``bench/README.md``, item 24).
+built once on the table.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class ManifestJSON(TypeDecorator[dict[str, Any]]):
 
     Nothing queries inside a manifest, and every update round writes three of them (about 84 KB each on
     a thousand owners). As JSONB Postgres parsed each into its binary form on the way in and printed it
-    on the way out (migration 0007, bench/README.md item 25); as JSON it still checked every byte on the
+    on the way out (migration 0007,); as JSON it still checked every byte on the
     way in, 0.3 ms of the server's CPU per manifest written (item 33). The service writes these columns
     only through this type or :func:`manifest_text`, so the text is always a JSON
     document, and a JSON ``null`` written by the earlier types reads as None too."""

@@ -2,8 +2,7 @@
 
 An update round reads and writes the model's and the dataset's bucket manifests (JSON, about 84 KB each
 at 1,000 owners, :mod:`service.storage.buckets`): three encodes and three decodes per round. The
-standard library spends about 375 microseconds on one encode and 250 on one decode, orjson 20 and 125
-(``bench/README.md``, item 24), so the codec is a measurable part of a round's CPU.
+standard library spends about 375 microseconds on one encode and 250 on one decode, orjson 20 and 125, so the codec is a measurable part of a round's CPU.
 
 What is stored never depends on the codec: where orjson would write something other than
 :func:`json.dumps` (with its defaults, as before), the standard library writes it.

@@ -2,7 +2,7 @@
 
 A deletion crosses three transactions (its submission, its update round, its completion). Through the
 ORM and SQLAlchemy Core they were some 40 statements, each a round trip and about a quarter of a
-millisecond of the client's CPU before Postgres saw it (``bench/README.md``, items 18 to 24). The hot
+millisecond of the client's CPU before Postgres saw it ( to 24). The hot
 path of each (:mod:`service.deletions.postgres_intake`, :mod:`service.jobs.postgres_path`) now sends
 plain SQL on :meth:`service.db.uow.UnitOfWork.postgres_connection`, in the same transaction, batched in
 psycopg's pipeline mode: a pipeline sends its statements without waiting for each answer, so a
@@ -130,7 +130,7 @@ def array_literal(values: Iterable[ArrayElement]) -> str:
 
     psycopg adapts a Python list itself, but builds a list dumper with a transformer of its own for
     each such parameter and scans the elements for their type: about 25 microseconds a list, and a
-    round sends some twenty-five of them (bench/README.md, item 32). Strings and timestamps are quoted
+    round sends some twenty-five of them. Strings and timestamps are quoted
     and escaped as Postgres' array input reads them (a backslash escapes the next character), so a
     value can hold any character, and the text ``NULL`` stays text; integers go bare; None is SQL NULL.
     Timestamps go in ISO 8601 with their offset (timezone-aware values, as :func:`service.db.base.utcnow`

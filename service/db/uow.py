@@ -90,7 +90,7 @@ class UnitOfWork:
         a round releases) from table statistics, which autovacuum refreshes up to a minute after a bulk
         load. Until then it believes the tables nearly empty and reads every row of the model through
         the leading column of an index: 2,121 references read to release 3 on a thousand owners, 880
-        samples to find 2 (``EXPLAIN ANALYZE``; bench/README.md, item 25). Postgres' own advice after a
+        samples to find 2 (``EXPLAIN ANALYZE``). Postgres' own advice after a
         bulk load is to run ``ANALYZE``; it samples a bounded number of rows, so it stays cheap as the
         tables grow. A role that does not own the tables gets a warning from Postgres, not an error.
         Its lock conflicts with a running VACUUM (which an anti-wraparound one does not give up): past
@@ -102,7 +102,7 @@ class UnitOfWork:
     def send_commit(self, conn: Connection[Any], begin_next: bool = False) -> bool:
         """In the caller's pipeline on :meth:`postgres_connection`, after its last statement: send the
         COMMIT with them, so that the transaction ends in the pipeline's round trip instead of one of its
-        own (bench/README.md, item 32). Only when the commit has nothing else to do first: nothing
+        own. Only when the commit has nothing else to do first: nothing
         unflushed in the session, no outbox message, no artifact reference to check (:meth:`commit`);
         otherwise nothing is sent and False returned. Either way the caller then calls :meth:`commit`,
         which finds the transaction ended (psycopg's commit does nothing then) and publishes.

@@ -3,7 +3,7 @@
 :class:`service.deletions.intake.DeletionIntake` commits every waiting submission in one transaction:
 claim their Idempotency-Keys, check each request against its model's remaining samples, insert the
 requests, their subject hashes, their history and their audit events, store each key's answer. Through
-the repositories that was about ten statements, each a round trip (``bench/README.md``, item 29). Here
+the repositories that was about ten statements, each a round trip. Here
 (:mod:`service.db.postgres`) one pipeline claims the keys and reads, for each model, its row, the named
 owners' and samples' remaining rows, the ids the new requests will take and its requests chain's head
 (locked); the requests are then checked and planned in memory by the portable path's own

@@ -281,8 +281,7 @@ def send_version_reads(
     head, locked by the round already; the previous version's row, the requests it took and the
     model's references, tombstones and samples, which only the holder of the model's lock writes;
     the dataset's references, which only the holder of its row lock writes). The caller writes the
-    round's blobs before it ends the pipeline, so that they are written while Postgres answers
-    (bench/README.md, item 31); :func:`record_unlearned_version` reads the answers."""
+    round's blobs before it ends the pipeline, so that they are written while Postgres answers; :func:`record_unlearned_version` reads the answers."""
     undecided = sorted({o for o in forgotten.values() if o} - set(emptied))
     return VersionReads(
         dataset=conn.execute(_LOCK_DATASET, {"model_id": model.id, "dataset_id": model.dataset_id}),
@@ -343,7 +342,7 @@ def record_unlearned_version(
     When the COMMIT goes with the writes, a new transaction begins in the same round trip and the
     version's completion sends its reads in it (:func:`send_completion_reads`): the unit of work goes on
     in that transaction, in which the caller completes the version (:func:`complete_version` with these
-    reads), one round trip fewer than a completion of its own (bench/README.md, item 33). The reads are
+    reads), one round trip fewer than a completion of its own. The reads are
     returned with the version (None when the COMMIT could not go with the writes)."""
     model, previous = round_.model, round_.previous
     chain = model_chain(model.id)
@@ -591,7 +590,7 @@ def complete_version(
         with conn.pipeline():
             reads = send_completion_reads(conn, model_id, version)
             if committed:
-                serve(version)  # while Postgres answers (bench/README.md, item 32)
+                serve(version)  # while Postgres answers
     elif committed:
         serve(version)
     current_row = reads.current.fetchone()

@@ -172,7 +172,7 @@ class KnownManifests:
 
     At 1,000 owners the two are some 170 KB of JSON, which every round read back in full (Postgres
     reading them out of TOAST, psycopg and the decoder handling them) to find what the previous round,
-    usually this process's own, had written (bench/README.md, item 30). A round reads them only when the
+    usually this process's own, had written. A round reads them only when the
     row's ``xmin`` differs from the one known here (:func:`service.jobs.postgres_path.lock_round`).
 
     Why ``xmin`` is a safe key: every version of a row carries the id of the transaction that wrote it,

@@ -79,7 +79,7 @@ class Drains:
     Under load a model's jobs come one after another, and with a pool of threads the next one started
     beside the running one: it waited for the model's lock, then ran its round while the first thread
     completed the previous version, the two taking turns at the interpreter's lock (a round took about
-    twice its CPU time; bench/README.md, item 30). Now a job that finds its model being drained here
+    twice its CPU time). Now a job that finds its model being drained here
     leaves it to the running drain, which passes over the queue once more before it stops: the model's
     rounds and completions run one after the other in one thread, with no broker hop between them.
     Other models' jobs, training and callbacks still run beside it. Between processes the model's row
@@ -138,7 +138,7 @@ def apply_deletions(rt: Runtime, model_id: int) -> None:
 
     The job holds the model's claim that its request published (:func:`request_update`) until the queue
     is empty, so requests committed meanwhile publish no job of their own: each would cost the API a
-    publish and the worker a message, for a round this drain runs anyway (bench/README.md, item 30).
+    publish and the worker a message, for a round this drain runs anyway.
 
     An update that fails unexpectedly is retried (the reconciler re-publishes it); after
     ``_MAX_CONSECUTIVE_FAILURES`` in a row the queued requests fail with the error, and the model stays
@@ -542,7 +542,7 @@ def _record_update(
     conn = uow.postgres_connection()
     with conn.pipeline():
         # The reads the writes need go first, and the blobs are written while Postgres answers them;
-        # the hot statistics move while it executes the writes (bench/README.md, item 31).
+        # the hot statistics move while it executes the writes.
         reads = send_version_reads(conn, model, forgotten, emptied)
         release = release_blobs()
     unlearned = UnlearnedVersion(

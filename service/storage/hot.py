@@ -84,7 +84,7 @@ RETIRED_SEQ = 2**62
 # The serving pointer's compare-and-set, run by Redis as one command. KEYS[1]: the serving hash; ARGV: seq,
 # version_id, dtype, spec, weights. Returns 1 when the pointer is at ``seq`` afterwards, 0 when it was at
 # a later one (or at a retired model's tombstone) and stays there. Replaces WATCH, HGET, MULTI/EXEC: three
-# round trips, 0.36 ms of the client's CPU against 0.14 (bench/README.md, item 33). Sequence numbers stay
+# round trips, 0.36 ms of the client's CPU against 0.14. Sequence numbers stay
 # far below 2^53, and RETIRED_SEQ (2^62) is exact as a double, so Lua's numbers compare them exactly.
 _PUBLISH = """
 local current = redis.call('HGET', KEYS[1], 'seq')
