@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 from typing import Any, get_args
 
@@ -48,6 +46,7 @@ from unlearning.methods.protocol import (
 )
 from unlearning.methods.registry import get_method, method_names
 from unlearning.models import ModelSpec, build_model
+from unlearning.models.flat import shared_model
 from unlearning.models.nets import check_mlp_size, hidden_widths
 from unlearning.serialization import json_restore
 from unlearning.tables.quality import QualityReport
@@ -345,11 +344,6 @@ def serving(uow: UnitOfWork, hot: HotStore, cache: BlobCache, model: Model) -> S
     return ServingWeights(seq=version.seq, version_id=version.id, spec=version.spec, weights=weights)
 
 
-@functools.lru_cache(maxsize=64)
-def _flat_model(spec_json: str) -> Any:
-    return build_model(ModelSpec.from_dict(json.loads(spec_json)))
-
-
 def predict(
     uow: UnitOfWork, cache: BlobCache, model: Model, served: ServingWeights, body: PredictIn
 ) -> PredictOut:
@@ -403,7 +397,7 @@ def _flat_predictions(served: ServingWeights, spec: ModelSpec, model_id: int, ro
                 f"(input shape {list(spec.input_shape)}, flattened row-major)",
                 code="dimension_mismatch",
             )
-    flat = _flat_model(json.dumps(served.spec, sort_keys=True))
+    flat = shared_model(served.spec)
     x = torch.tensor(rows, dtype=served.weights.dtype).reshape(len(rows), *spec.input_shape)
     with torch.no_grad():
         probabilities = torch.softmax(flat.logits(served.weights, x), dim=1)

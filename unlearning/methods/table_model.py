@@ -17,8 +17,6 @@ its report is kept in the accounting (``quality``) and in every certificate's ``
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -41,7 +39,8 @@ from unlearning.methods.protocol import (
     UnlearningMethod,
     dataset_kind,
 )
-from unlearning.models import ModelSpec, build_model
+from unlearning.models import ModelSpec
+from unlearning.models.flat import shared_model
 from unlearning.newton_removal import one_source
 from unlearning.privacy.certificate import Certificate
 from unlearning.tables.quality import (
@@ -52,7 +51,14 @@ from unlearning.tables.quality import (
     majority_rate,
     not_measured,
 )
-from unlearning.tables.transform import FeatureTransform, Scaling, ScalingPlan, StatisticsSource, plan_scaling
+from unlearning.tables.transform import (
+    OFFSET_ARTIFACT,
+    FeatureTransform,
+    Scaling,
+    ScalingPlan,
+    StatisticsSource,
+    plan_scaling,
+)
 
 OWN_DEFAULTS: dict[str, Any] = {"feature_scaling": "auto", "feature_statistics": None, "min_quality": None}
 
@@ -238,18 +244,13 @@ class TableModel:
         weights = state.released_weights
         x = torch.as_tensor(rows, dtype=weights.dtype).reshape(len(rows), *spec.input_shape)
         with torch.no_grad():
-            probabilities = torch.softmax(_flat_model(json.dumps(spec.to_dict(), sort_keys=True)).logits(weights, x), 1)
+            probabilities = torch.softmax(shared_model(spec).logits(weights, x), 1)
         if not torch.isfinite(probabilities).all():
             raise InvalidDatasetError(
                 "the features are too large for the model's arithmetic (the scores overflowed): send values of "
                 "the scale the model was trained on"
             )
         return probabilities.cpu().numpy()
-
-
-@functools.lru_cache(maxsize=64)
-def _flat_model(spec_json: str) -> Any:
-    return build_model(ModelSpec.from_dict(json.loads(spec_json)))
 
 
 def transform_of(state: MethodState) -> FeatureTransform:
@@ -274,6 +275,8 @@ def _decorated(state: MethodState, transform: FeatureTransform, report: QualityR
     accounting = {**state.accounting, "feature_transform": transform.describe()}
     if report is not None:
         accounting["quality"] = report.to_dict()
+    if transform.is_identity or OFFSET_ARTIFACT in state.artifacts:  # carried over by the wrapped method
+        return replace(state, accounting=accounting)
     return replace(state, accounting=accounting, artifacts={**state.artifacts, **transform.artifacts()})
 
 

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import threading
+from typing import Any
 
 import torch
 from torch import nn
@@ -90,3 +93,15 @@ def build_model(spec: ModelSpec) -> FlatModel:
     if spec.num_classes < 2:
         raise InvalidConfigError(f"num_classes must be >= 2, got {spec.num_classes}")
     return FlatModel(spec, builder(spec))
+
+
+@functools.lru_cache(maxsize=64)
+def _built(spec_json: str) -> FlatModel:
+    return build_model(ModelSpec.from_dict(json.loads(spec_json)))
+
+
+def shared_model(spec: ModelSpec | dict[str, Any]) -> FlatModel:
+    """The :class:`FlatModel` of ``spec``, built once per architecture and shared (its ``logits`` is safe
+    from several threads): for predictions, where building the module per request would dominate."""
+    data = spec.to_dict() if isinstance(spec, ModelSpec) else spec
+    return _built(json.dumps(data, sort_keys=True))

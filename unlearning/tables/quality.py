@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -136,8 +137,6 @@ def baseline_accuracy(train: Dataset, test: Dataset, seed: int) -> float:
         return majority_rate(train.labels, test.labels)
     scaler = StandardScaler().fit(x_train)
     model = LogisticRegression(C=1.0, max_iter=300, random_state=seed % 2**32)
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a ConvergenceWarning at max_iter still gives a usable baseline
         model.fit(scaler.transform(x_train), train.labels)
