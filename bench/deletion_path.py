@@ -6,12 +6,12 @@ stops both, and then, in this process, takes ``--rounds`` owners one at a time t
 transactions of a deletion:
 
 - ``intake``: the API's group commit of one submission (:meth:`DeletionIntake.commit_now`);
-- ``round``: one update round (:func:`service.jobs.updates.apply_batch`);
-- ``completion``: its completion (:func:`service.jobs.completion.finish`). On Postgres the round goes on
-  into it in its own unit of work (:func:`service.jobs.completion.finish_sent`, whose reads went with the
-  round's COMMIT): the phase starts there, and holds the next round's reads, sent with the completion's
-  COMMIT, which this bench then discards (it takes one owner at a time; in the service the drain's next
-  round uses them).
+- ``round``: one update round (:func:`service.jobs.update_round.apply_batch`);
+- ``completion``: its completion (:func:`service.jobs.completion.finish`). The round goes on into it in
+  its own unit of work (:func:`service.jobs.completion.complete_in_round_transaction`, whose reads went
+  with the round's COMMIT): the phase starts there, and holds the next round's reads, sent with the
+  completion's COMMIT, which this bench then discards (it takes one owner at a time; in the service the
+  drain's next round uses them).
 
 Each phase is timed (the thread's CPU time and the wall time, and the CPU time of the Postgres server's
 processes) and its SQL statements and round trips to Postgres counted; the first
@@ -154,7 +154,7 @@ def measure(env: dict[str, str], model_id: int, owners: list[str], warmup: int) 
 
     os.environ.update(env)  # the service's settings come from LETHE_ variables, as in its own processes
     from service.deletions.schemas import DeletionIn
-    from service.jobs import updates
+    from service.jobs import update_round
     from service.jobs.completion import finish
     from service.runtime import Runtime
     from service.settings import Settings
@@ -162,29 +162,27 @@ def measure(env: dict[str, str], model_id: int, owners: list[str], warmup: int) 
     rt = Runtime(Settings(), role="worker")
     intake = rt.deletion_intake()  # not started: commit_now runs in this thread
     timer = PhaseTimer(rt.engine)
-    finish_sent = getattr(updates, "finish_sent", None)  # absent before the completion joined the round
+    complete_in_round_transaction = update_round.complete_in_round_transaction
 
-    def timed_finish_sent(*args: Any, **kwargs: Any) -> Any:
+    def timed_completion(*args: Any, **kwargs: Any) -> Any:
         # The round's completion goes on in its unit of work: the completion's phase starts here.
         timer.stop("round")
         timer.start("completion")
-        return finish_sent(*args, **kwargs)  # type: ignore[misc]
+        return complete_in_round_transaction(*args, **kwargs)
 
-    if finish_sent is not None:
-        updates.finish_sent = timed_finish_sent
+    update_round.complete_in_round_transaction = timed_completion
     try:
         for i, owner in enumerate(owners):
             with timer.phase("intake"):
                 outcome = intake.commit_now(model_id, f"path-{i}", DeletionIn(owner_ids=[owner]))
             _check(outcome.status == 202, f"the deletion of {owner} was not accepted: {outcome.body}")
             timer.start("round")
-            round_ = updates.apply_batch(rt, model_id)
+            round_ = update_round.apply_batch(rt, model_id)
             _check(round_.progressed, f"the round of {owner} took no request")
             if timer.running("completion"):
                 timer.stop("completion")
-                carried = getattr(round_, "carried", None)
-                if carried is not None:  # the next round's reads, sent with the completion's commit
-                    carried.close()  # this bench takes one owner at a time: the next intake comes first
+                if round_.next_transaction is not None:  # the next round's lock, started with the commit
+                    round_.next_transaction.close()  # one owner at a time: the next intake comes first
                 continue
             timer.stop("round")
             version = round_.version
@@ -193,8 +191,7 @@ def measure(env: dict[str, str], model_id: int, owners: list[str], warmup: int) 
             with timer.phase("completion"):
                 finish(rt, model_id, version.id, version)
     finally:
-        if finish_sent is not None:
-            updates.finish_sent = finish_sent
+        update_round.complete_in_round_transaction = complete_in_round_transaction
         rt.stop()
     phases = timer.medians(skip=warmup)
     floor = sum(p["wall_ms"] for p in phases.values())

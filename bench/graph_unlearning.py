@@ -62,7 +62,7 @@ from unlearning.methods.newton_tabular import NewtonTabular
 from unlearning.methods.protocol import ForgetRequest, MethodState, PrivacyTarget
 from unlearning.models.propagation import FeatureScaler, PropagationSpec, full_features
 from unlearning.models.scattering import node_signal
-from unlearning.newton_removal import (
+from unlearning.newton import (
     DenseDesign,
     Objective,
     draw_noise,

@@ -42,10 +42,13 @@ from bench.baselines.descent_to_delete import PAPER_TRAINING_ITERATIONS, Descent
 from unlearning.audit.verification import accuracy
 from unlearning.data import Dataset, load_mnist_idx, train_test_split
 from unlearning.device import default_device
-from unlearning.methods.langevin import Langevin, LogisticProblem
+from unlearning.methods.langevin.method import Langevin
+from unlearning.methods.langevin.problem import LogisticProblem
 from unlearning.methods.protocol import ForgetRequest, PrivacyTarget
 from unlearning.models import ModelSpec, build_model
-from unlearning.privacy import langevin_accountant as acc
+from unlearning.privacy.langevin.calibration import table3_sigma
+from unlearning.privacy.langevin.constants import PabiVariant, PNSGDConstants
+from unlearning.privacy.langevin.sequential import sequential_plan
 
 PAPER_LAMBDA = 0.011264
 SIGMA = 0.03
@@ -66,9 +69,9 @@ def table3() -> dict[str, Any]:
     match = True
     for (name, b), expected in TABLE3.items():
         n, lam, _ = PAPER_SETS[name]
-        const = acc.PNSGDConstants.logistic(n, n if b == "full" else int(b), lam, R=100.0)
+        const = PNSGDConstants.logistic(n, n if b == "full" else int(b), lam, R=100.0)
         T = 3000 if b == "full" else 30
-        got = [math.floor(acc.table3_sigma(const, e, 1.0 / n, T) * 1e4 + 1e-9) / 1e4
+        got = [math.floor(table3_sigma(const, e, 1.0 / n, T) * 1e4 + 1e-9) / 1e4
                for e in (0.05, 0.1, 0.5, 1.0, 2.0, 5.0)]
         rows[f"{name}_b{b}"] = got
         match &= tuple(got) == expected
@@ -86,10 +89,10 @@ def accountant_ratios(n: int, lam: float, d: int, requests: int = 100) -> dict[s
     I = iterations_without_state(d2d, EPSILON, 1.0 / n)
     d2d_total = sum(request_iterations(d2d, I, i, 1.0 / n) for i in range(1, requests + 1))
     out: dict[str, float] = {}
-    variants: tuple[tuple[int, acc.PabiVariant], ...] = ((128, "paper"), (n, "paper"), (n, "tight"))
+    variants: tuple[tuple[int, PabiVariant], ...] = ((128, "paper"), (n, "paper"), (n, "tight"))
     for b, pabi in variants:
-        const = acc.PNSGDConstants.logistic(n, b, lam)
-        plan = acc.sequential_plan(const, SIGMA, EPSILON, 1.0 / n, [1] * requests, pabi=pabi)
+        const = PNSGDConstants.logistic(n, b, lam)
+        plan = sequential_plan(const, SIGMA, EPSILON, 1.0 / n, [1] * requests, pabi=pabi)
         out[f"b{'n' if b == n else b}_{pabi}"] = sum(c.epochs for c in plan) / d2d_total
     return out
 

@@ -46,7 +46,9 @@ import torch
 from unlearning.audit.verification import accuracy
 from unlearning.data import Dataset, load_covertype, mnist_subsets, train_test_split
 from unlearning.device import default_device
-from unlearning.methods.mini_unlearning import MiniUnlearning, exact_replay, sgd_config
+from unlearning.methods.hessian_free import sgd_config
+from unlearning.methods.mini_unlearning.method import MiniUnlearning
+from unlearning.methods.mini_unlearning.trajectory import exact_replay
 from unlearning.methods.protocol import ForgetOutcome, ForgetRequest, MethodState, PrivacyTarget
 from unlearning.models import build_model
 

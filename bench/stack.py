@@ -31,7 +31,7 @@ import psycopg
 import redis
 
 from service.db.embedded import stop_embedded
-from service.receipts.signing import new_seed
+from service.signing import new_seed
 from workers.launcher import celery_program, worker_argv
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,8 +1,7 @@
 """``python -m service``: the API on uvicorn (embedded mode unless LETHE_MODE=production).
 
-Every setting comes from the environment (``LETHE_*``, README's configuration table); a bad one, or a
-database, Redis or directory it names that cannot be used (:mod:`service.preflight`), stops the start with
-one line per problem naming the variable (exit status 2)."""
+Settings come from ``LETHE_*``; a bad one, or an unusable target (:mod:`service.preflight`), exits with
+status 2 and one line per problem."""
 
 from __future__ import annotations
 

@@ -16,15 +16,16 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import metrics
-from service.audit.router import router as audit_router
-from service.datasets.router import router as datasets_router
-from service.deletions.router import router as deletions_router
-from service.deps import ACCESS_EXTENSION, access_of, authorized
+from service.api import access_log
+from service.api.audit import router as audit_router
+from service.api.datasets import router as datasets_router
+from service.api.deletions import router as deletions_router
+from service.api.deps import ACCESS_EXTENSION, access_of, authorized
+from service.api.health import router as health_router
+from service.api.models import router as models_router
+from service.api.receipts import router as receipts_router
 from service.errors import ApiError, from_unlearning_error
-from service.health.router import router as health_router
 from service.limits import RequestSizeLimit
-from service.models.router import router as models_router
-from service.receipts.router import router as receipts_router
 from service.runtime import Runtime
 from service.schemas import ERROR_TEXT, ErrorBody, error_responses
 from service.settings import Settings
@@ -52,9 +53,7 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 def _allowed_methods(request: Request) -> list[str]:
-    """The methods some route of the app takes on the request's path (a 405's ``Allow``). Asked of each
-    route through Starlette's ``matches`` with the method swapped, so routers included in any way count
-    (Starlette names only the first route that matched the path; FastAPI may wrap included routers)."""
+    """The methods some route takes on the request's path (a 405's ``Allow``), matched per route."""
     return [
         method
         for method in _METHODS
@@ -66,13 +65,13 @@ def _allowed_methods(request: Request) -> list[str]:
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
-    """The app. The runtime (database, Redis, worker threads) starts with the app's lifespan, so importing
-    or building the app has no side effects (``python -m service.openapi`` relies on that)."""
+    """The app; the runtime starts with its lifespan, so building it has no side effects."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = runtime or Runtime(settings or Settings())
         app.state.runtime = rt
+        access_log.install(rt.hasher)  # the access log names subjects by keyed hash
         rt.start()
         if rt.settings.mode == "production" and not rt.settings.api_token_list:
             log.warning("LETHE_API_TOKENS is not set: the /v1 API answers anyone who can reach it")
@@ -97,8 +96,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
 
 def _document_errors(app: FastAPI) -> None:
-    """Make the OpenAPI document say what the API does: every 4xx body is ``ErrorBody`` (FastAPI would
-    otherwise document its own validation-error shape, which the handlers below replace)."""
+    """Document every 4xx body as ``ErrorBody`` (replacing FastAPI's validation-error shape)."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -139,7 +137,7 @@ def _document_errors(app: FastAPI) -> None:
 
 def _document_access(paths: dict[str, Any], error_ref: dict[str, str]) -> None:
     """Each /v1 operation names the token it needs (``x-lethe-access``: ``read`` or ``write``,
-    :func:`service.deps.access_of`); a write documents the 403 a read-only token gets."""
+    :func:`service.api.deps.access_of`); a write documents the 403 a read-only token gets."""
     for path, item in paths.items():
         if not path.startswith("/v1/"):
             continue

@@ -71,10 +71,6 @@ class Unprocessable(ApiError):
     status, code = 422, "unprocessable"
 
 
-class ServiceUnavailable(ApiError):
-    status, code = 503, "unavailable"
-
-
 def from_unlearning_error(exc: UnlearningError) -> ApiError:
     """Map a core-library error (always the caller's input) to a 4xx.
 

@@ -1,11 +1,6 @@
-"""A bound on request bodies, so that one request cannot take the API's memory.
-
-The JSON routes read their whole body before validating it (a list of ids is checked for length only
-once parsed), so without a bound a client could send gigabytes. This middleware answers 413 to a body
-over ``LETHE_MAX_REQUEST_BYTES``: at once when its ``Content-Length`` says so, and, for a chunked body
-(no length given), as soon as the bytes received pass the bound, before the route sees any of them.
-Dataset uploads (``POST /v1/datasets``) are exempt: they stream to disk under their own, larger bound
-(``LETHE_MAX_UPLOAD_BYTES``).
+"""ASGI middleware answering 413 to a request body over ``LETHE_MAX_REQUEST_BYTES``: at once from its
+``Content-Length``, or, for a chunked body, as soon as the bytes read pass the bound, before the route
+sees any. ``POST /v1/datasets`` is exempt (bounded by ``LETHE_MAX_UPLOAD_BYTES``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Start-up checks of what the settings point at: the database, Redis and the directories a process
-writes, each reachable or creatable. ``python -m service`` and ``python -m workers`` run them before they
-start anything, so that a wrong URL or an unreachable server stops the start with one line naming the
-variable to fix, instead of a traceback from deep inside the first connection (or, for an API started
-with ``LETHE_AUTO_MIGRATE=false``, a 500 on every request)."""
+"""Start-up checks that the database, Redis and the directories the settings name are usable, reporting
+one line per problem naming the variable to fix."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The two ways work leaves the outbox: Celery (production) or an in-process worker (embedded mode).
 
-Both run the same job functions (:mod:`service.jobs.registry`); only the transport differs. Jobs go
-to one of three lanes so that a long training never delays a deletion update or a callback:
-``train`` (training, retraining), ``updates`` (deletion updates) and ``io`` (callbacks).
+Both run the jobs of :mod:`service.jobs.registry`, each in its lane (:data:`LANE_OF_TASK`), so a long
+training never delays an update or a callback.
 """
 
 from __future__ import annotations
@@ -17,6 +16,13 @@ log = logging.getLogger(__name__)
 
 LANES = ("train", "updates", "io")
 
+LANE_OF_TASK: dict[str, str] = {
+    "train_model": "train",
+    "retrain_model": "train",
+    "apply_deletions": "updates",
+    "deliver_callback": "io",
+}
+
 
 class TaskQueue(Protocol):
     def send(self, task: str, payload: dict[str, Any]) -> None: ...
@@ -29,9 +35,7 @@ class TaskQueue(Protocol):
 
 
 def lane_of(task: str) -> str:
-    from service.jobs.registry import TASKS
-
-    return TASKS[task].lane
+    return LANE_OF_TASK[task]
 
 
 def celery_queue_name(prefix: str, lane: str) -> str:

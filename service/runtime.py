@@ -1,29 +1,30 @@
 """The composition root: every long-lived object of one process, built from the settings.
 
-The API process and each worker process build one ``Runtime``; jobs and routers receive it (or the
-pieces they need) explicitly, so there are no module-level globals to patch in tests.
+Each process builds one ``Runtime``; routes receive it, jobs receive it as the narrow context protocol
+each declares. Importing this module imports torch: Celery builds it only in the forked worker.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from service import heap
 from service.db.engine import make_engine, make_sessionmaker
-from service.db.uow import UnitOfWork
+from service.deletions.intake import DeletionIntake
 from service.jobs.state import BlobCache, KnownManifests
+from service.maintenance import Maintenance
 from service.outbox.dispatcher import Dispatcher
 from service.queue import CeleryQueue, InProcessQueue, TaskQueue
-from service.receipts.signing import ReceiptSigner
 from service.settings import Settings
+from service.signing import ReceiptSigner
 from service.storage.artifacts import ArtifactStore, LocalArtifactStore
 from service.storage.hot import HotStore, connect
 from service.storage.s3 import S3ArtifactStore, parse_s3_url, s3_client
 from service.subjects import SubjectHasher
-
-if TYPE_CHECKING:
-    from service.deletions.intake import DeletionIntake
+from service.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ class Runtime:
         self.cache = BlobCache(self.artifacts, ttl_seconds=settings.cache_ttl_seconds)
         self.manifests = KnownManifests()  # the bucket manifests this process's rounds wrote
         self.queue: TaskQueue = self._make_queue()
-        self.dispatcher = Dispatcher(self)
+        self.dispatcher = Dispatcher(self.sessions, self.queue, settings.dispatcher_interval_seconds)
+        self.maintenance = Maintenance(self)
         self._intake: DeletionIntake | None = None
         self._started = False
         self._users = 0
@@ -66,25 +68,17 @@ class Runtime:
         return InProcessQueue(self.run_job)
 
     def uow(self) -> UnitOfWork:
-        return UnitOfWork(self.sessions, publish=self.dispatcher.publish, blob_exists=self.artifacts.exists)
+        return UnitOfWork(
+            self.sessions, publish=self.dispatcher.publish, blob_exists=self.artifacts.exists, hasher=self.hasher
+        )
 
     def snapshot(self) -> UnitOfWork:
-        """A unit of work that reads one snapshot of the database and writes nothing: for an answer read
-        in several statements (a request's row, then its history; the audit chains' heads, then their
-        events), so that no commit between two of them shows a state that never existed.
-
-        Postgres runs each statement of a READ COMMITTED transaction on what committed before the
-        statement began; this one is ``REPEATABLE READ, READ ONLY``, every statement on what committed
-        before the first.
-        """
+        """A ``REPEATABLE READ, READ ONLY`` unit of work: every statement sees one snapshot."""
         return UnitOfWork(self.sessions, snapshot=True)
 
     def deletion_intake(self) -> DeletionIntake:
-        """The group commit of deletion submissions (its thread runs in a started API process; unstarted,
-        each submission commits alone)."""
+        """The group commit of deletion submissions (unstarted: each submission commits alone)."""
         if self._intake is None:
-            from service.deletions.intake import DeletionIntake  # imports the jobs (torch): never at start-up
-
             self._intake = DeletionIntake(self)
         return self._intake
 
@@ -95,8 +89,7 @@ class Runtime:
             run(self, task, payload)
         finally:
             if not self._heap_settled:
-                # The first job imported the maths (torch) and warmed the caches: freeze what is alive, so
-                # that later full collections stay short (service.heap).
+                # the first job imported torch and warmed the caches
                 self._heap_settled = True
                 heap.settle()
 
@@ -106,11 +99,7 @@ class Runtime:
         upgrade(self.engine)
 
     def start(self) -> None:
-        """Start the background machinery of this process.
-
-        Counted: an app whose lifespan runs more than once at a time (a test client and a schema fuzzer
-        sharing one app, or two servers mounting it) keeps its workers until the last user stops.
-        """
+        """Start the background machinery (counted: runs until the last :meth:`stop`)."""
         self._users += 1
         if self._started:
             return
@@ -118,14 +107,13 @@ class Runtime:
         if self.settings.auto_migrate and self.role == "api":
             self.migrate()
         if self.settings.torch_threads:
-            import torch  # here, not at import: a Celery parent must not set up torch before forking
-
             torch.set_num_threads(self.settings.torch_threads)
         self.queue.start()
         self.dispatcher.start()
+        self.maintenance.start()
         if self.role == "api":
             self.deletion_intake().start()
-            heap.settle()  # everything the API keeps is built now (the intake imported the jobs)
+            heap.settle()  # everything the API keeps is built now
 
     def stop(self) -> None:
         self._users = max(self._users - 1, 0)
@@ -134,6 +122,7 @@ class Runtime:
         self._started = False
         if self._intake is not None:
             self._intake.stop()
+        self.maintenance.stop()
         self.dispatcher.stop()
         self.queue.stop()
         self.engine.dispose()

@@ -4,15 +4,35 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from service.db.tables import ID_LENGTH
+from unlearning.data.ids import InvalidIdError, normalize_id
 
 MAX_DB_INT = 2**31 - 1  # ids are 32-bit integers in the database: larger path values are simply unknown
 
 # Printable text without control characters (Postgres refuses NUL in text; ids are user-visible keys).
 PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
-SubjectId = Annotated[str, StringConstraints(min_length=1, max_length=ID_LENGTH, pattern=PRINTABLE)]
+
+
+def _normalized_id(value: object) -> object:
+    """A subject id as uploads store it: NFC, none of the characters the id rule refuses (a 422 naming the
+    character's code point and position); the same rule as uploads (:func:`unlearning.data.ids.normalize_id`).
+    The message leaves the id itself out: refusals may be kept for idempotent replays."""
+    if not isinstance(value, str):
+        return value  # the str schema refuses it
+    try:
+        return normalize_id(value)
+    except InvalidIdError as exc:
+        raise ValueError(exc.problem) from None
+
+
+# Normalised before the length and pattern checks: the length is the stored (NFC) form's.
+SubjectId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=ID_LENGTH, pattern=PRINTABLE),
+    BeforeValidator(_normalized_id),
+]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=PRINTABLE)]
 
 

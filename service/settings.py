@@ -19,17 +19,15 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.jobs.callback_targets import Network, parse_networks
-from service.receipts.signing import new_seed, parse_public_key, parse_seed
+from service.callback_targets import Network, parse_networks
+from service.signing import new_seed, parse_public_key, parse_seed
 from service.storage.s3 import parse_s3_url
 
 MIN_TOKEN_LENGTH = 16
 
 
 def settings_errors(exc: ValidationError) -> list[str]:
-    """One line per problem of a :class:`Settings` that failed validation, naming the environment
-    variable where pydantic names a field (``port`` is ``LETHE_PORT``); the checks across fields name
-    their variables themselves."""
+    """One line per validation problem, prefixed with the field's variable (``LETHE_PORT``) if any."""
     lines = []
     for error in exc.errors():
         message = str(error["msg"]).removeprefix("Value error, ")
@@ -74,6 +72,10 @@ class Settings(BaseSettings):
     # every other request body (JSON): read whole before validation, so bounded (service.limits)
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     max_decompressed_bytes: int = Field(2 * 1024**3, ge=1024)
+    # an uploaded table's data rows and feature values (rows x features): 413 above them, refused while the
+    # file streams, so an upload's memory is bounded by these rather than by its decompressed size
+    max_upload_rows: int = Field(1_000_000, ge=1)
+    max_upload_cells: int = Field(50_000_000, ge=1)
     deletion_sla_seconds: float = Field(60.0, gt=0)
     max_batch: int = Field(10_000, ge=1)
     max_buckets: int = Field(4096, ge=1, le=65_536)
@@ -89,22 +91,18 @@ class Settings(BaseSettings):
     callback_max_attempts: int = Field(5, ge=1, le=50)
     callback_timeout_seconds: float = Field(5.0, gt=0)
     callback_backoff_seconds: float = Field(1.0, ge=0)
-    # Networks callbacks may reach besides public addresses ("10.0.0.0/8,127.0.0.1"; service.jobs.callback_targets)
+    # Networks callbacks may reach besides public addresses ("10.0.0.0/8,127.0.0.1"; service.callback_targets)
     callback_allowed_networks: str | None = None
     # HMAC key of the Lethe-Signature header of callbacks (service.jobs.callbacks.sign); unset: unsigned
     callback_signing_key: str | None = None
-    # Ed25519 private key (32-byte seed, base64url) that signs deletion receipts (service.receipts); unset:
-    # generated into var_dir in embedded mode, receipts off in production (every API process must sign
-    # with the same key). `python -m service.receipts new-key` prints one.
+    # Ed25519 seed (base64url) signing receipts; unset: generated in embedded mode, receipts off in production
     receipt_signing_key: str | None = None
-    # Public keys (base64url, comma-separated) of signing keys used before a rotation: published as
-    # retired by GET /v1/receipts/keys, so that receipts they signed still verify.
+    # public keys of earlier receipt signing keys (comma-separated), published by GET /v1/receipts/keys
     receipt_retired_keys: str | None = None
 
     worker_metrics_port: int | None = Field(None, ge=1, le=65535)
     torch_threads: int | None = Field(None, ge=1)
-    # ``python -m workers`` (workers.launcher): the GPUs to pin one worker each to ("0,1", or "none";
-    # unset: CUDA_VISIBLE_DEVICES, else the /dev/nvidia<N> files) and the CPU worker's threads.
+    # python -m workers: GPUs to pin one worker each to ("0,1", "none"; unset: detected), CPU worker threads
     gpus: str | None = None
     worker_concurrency: int = Field(4, ge=1, le=256)
 
@@ -131,8 +129,7 @@ class Settings(BaseSettings):
     @field_validator("artifact_dir", mode="before")
     @classmethod
     def _empty_dir_is_unset(cls, value: object) -> object:
-        # An empty LETHE_ARTIFACT_DIR (a compose file's ${VAR:-}) would read as Path("."), the working
-        # directory: it means unset, as an empty URL or key does.
+        # empty (a compose file's ${VAR:-}) means unset, not Path(".")
         return None if value == "" else value
 
     @model_validator(mode="after")
@@ -250,8 +247,7 @@ class Settings(BaseSettings):
 
     @cached_property
     def effective_database_url(self) -> str:
-        """``LETHE_DATABASE_URL``; unset (embedded mode), the embedded Postgres under ``var_dir``, which
-        this starts if it is not running (:mod:`service.db.embedded`)."""
+        """``LETHE_DATABASE_URL``, else the embedded Postgres under ``var_dir`` (started if needed)."""
         if self.database_url:
             return self.database_url
         from service.db.embedded import embedded_database_url
@@ -276,11 +272,7 @@ class Settings(BaseSettings):
 
     @cached_property
     def effective_subject_hash_key(self) -> bytes:
-        """The HMAC key for subject hashes; generated once into ``var_dir`` when not configured.
-
-        The key must stay the same for the life of the data (subject queries hash the id again), so a
-        generated key is written to a file and reused, never regenerated per start.
-        """
+        """The HMAC key for subject hashes: configured, or generated once into ``var_dir`` and kept."""
         if self.subject_hash_key:
             return self.subject_hash_key.encode()
         return self._kept_secret("subject_hash.key", lambda: secrets.token_hex(32)).encode()
@@ -296,12 +288,8 @@ class Settings(BaseSettings):
         return parse_seed(self._kept_secret("receipt_signing.key", new_seed))
 
     def _kept_secret(self, name: str, make: Callable[[], str]) -> str:
-        """The secret in ``var_dir/name``; the first time, made (``make``) and written there.
-
-        Written whole to a private temporary file (mode 0600 from its creation: never readable by
-        others, even for a moment) and then hard-linked into place, which fails if the name exists: two
-        processes starting at once keep one secret, and neither can read the other's half-written file.
-        """
+        """The secret in ``var_dir/name``, made by ``make`` the first time: written to a 0600 temporary
+        file and hard-linked into place, so concurrent starts keep one secret."""
         path = self.var_dir / name
         if path.exists():
             return path.read_text().strip()

@@ -1,14 +1,7 @@
 """The states of models, deletion requests and callbacks, and the kinds of model versions.
 
-One ``StrEnum`` each, shared by the tables (:mod:`service.db.tables`), the API's schemas, the
-repositories, the jobs and the plain SQL of the Postgres paths. A member *is* its value (``ModelState.READY
-== "ready"``, ``f"{ModelState.READY}" == "ready"``, psycopg and ``json`` write ``ready``), so the database
-columns stay plain strings holding the same values as before, and a row read back (a plain ``str``)
-compares equal to the member. SQL text names a state through the member's value, interpolated once at
-import (``f"... state = '{RequestState.QUEUED.value}'"``), never as a literal of its own.
-
-This module is platform: it imports nothing from the service's domain packages, so any of them may
-import it.
+Each is a ``StrEnum`` whose members equal their values, so database columns hold plain strings and SQL
+text interpolates ``Member.value`` rather than repeating literals. Imports no domain package.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
-"""Keyed hashes of data subjects: the only form in which a subject outlives its erasure.
-
-HMAC-SHA256 with a server-side key (``LETHE_SUBJECT_HASH_KEY``), so a hash cannot be reversed by
-hashing guessed ids without the key, and the same subject always hashes the same way (the audit log
-can be queried by subject). The kind ("sample" or "owner") is part of the message, so a sample and an
-owner that share an id string get different hashes.
+"""Keyed hashes of data subjects, the only form in which a subject outlives its erasure:
+``HMAC-SHA256(key, kind || 0x00 || id)`` with kind ``sample`` or ``owner``; and how text kept at rest
+(answers stored for replay, failure reasons) names subjects: by position in the request or by keyed hash
+(:class:`Redactor`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable, Iterable, Iterator, MutableSet
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSet
+from typing import Any
 
 
 class SubjectHasher:
@@ -32,12 +32,8 @@ class SubjectHasher:
 
 
 class HashedIdSet(MutableSet[str]):
-    """The sample ids forgotten in the current budget epoch, held only as keyed hashes.
-
-    ``MethodState.deleted_ids`` is a set of sample ids; after an erasure the service no longer has
-    the plaintext ids, but membership (``sid in deleted_ids``), ``add`` and ``len`` still work exactly.
-    Iterating yields hashes, never ids.
-    """
+    """A set of sample ids held only as keyed hashes (``MethodState.deleted_ids``): membership, ``add``,
+    ``discard`` and ``len`` are exact; iterating yields hashes."""
 
     def __init__(
         self,
@@ -45,8 +41,7 @@ class HashedIdSet(MutableSet[str]):
         hashes: Iterable[str] = (),
         load: Callable[[], Iterable[str]] | None = None,
     ) -> None:
-        """``load``, when given, supplies the hashes on first use instead (a method that never looks at
-        ``deleted_ids``, like the Hessian-free one, never pays for reading them)."""
+        """``load``, if given, supplies the hashes lazily on first use instead of ``hashes``."""
         self._hasher = hasher
         self._loaded: set[str] | None = None if load is not None else set(hashes)
         self._load = load
@@ -76,3 +71,85 @@ class HashedIdSet(MutableSet[str]):
 
     def discard(self, sample_id: str) -> None:
         self._hashes.discard(self._hasher.sample(sample_id))
+
+
+# -- naming subjects in what is kept at rest -------------------------------------------------------
+
+ID_FIELDS = ("owner_ids", "sample_ids", "node_feature_ids", "graph_ids")
+"""The fields of a deletion request body that list ids (``service.deletions.schemas.DeletionIn``)."""
+PAIR_FIELDS = ("edges", "graph_nodes")
+"""The fields of a deletion request body that list pairs of ids."""
+HASH_SHOWN = 16
+"""Hex digits of a keyed hash shown where a text names a subject by hash (``h:`` + a prefix of the hash
+the audit log's ``subject_hashes`` hold)."""
+
+
+def request_positions(body: Mapping[str, Any]) -> dict[str, str]:
+    """Every id a deletion request body (its JSON form) names -> where it first appears: ``owner_ids[3]``,
+    ``edges[0][1]``; in a bulk body (``items``), ``items[2].sample_ids[0]``."""
+    out: dict[str, str] = {}
+    items = body.get("items")
+    for k, item in enumerate(items if isinstance(items, list) else []):
+        if isinstance(item, Mapping):
+            for value, where in request_positions(item).items():
+                out.setdefault(value, f"items[{k}].{where}")
+    for field in ID_FIELDS:
+        for i, value in enumerate(_listed(body, field)):
+            if isinstance(value, str):
+                out.setdefault(value, f"{field}[{i}]")
+    for field in PAIR_FIELDS:
+        for i, pair in enumerate(_listed(body, field)):
+            for j, value in enumerate(pair if isinstance(pair, list | tuple) else []):
+                if isinstance(value, str):
+                    out.setdefault(value, f"{field}[{i}][{j}]")
+    return out
+
+
+def _listed(body: Mapping[str, Any], field: str) -> list[Any]:
+    value = body.get(field)
+    return value if isinstance(value, list) else []
+
+
+def hashed_names(hasher: SubjectHasher, owners: Iterable[str], samples: Iterable[str]) -> dict[str, str]:
+    """Each id -> ``h:`` and the first :data:`HASH_SHOWN` hex digits of its keyed hash (as an owner, or
+    as a sample; an id that is both is shown by its owner hash)."""
+    out = {s: f"h:{hasher.sample(s)[:HASH_SHOWN]}" for s in samples}
+    return out | {o: f"h:{hasher.owner(o)[:HASH_SHOWN]}" for o in owners}
+
+
+class Redactor:
+    """Rewrites text kept at rest (a stored answer, a failure reason) so that it names no subject in plain:
+    wherever a message quotes one of the ids (as ``repr`` writes it, the way every message of the service
+    and of the core library quotes ids) the quote is replaced by the id's name at rest, a position in the
+    request (:func:`request_positions`) or a keyed hash (:func:`hashed_names`). ``names`` may be a
+    function, called only once some text has a quote in it."""
+
+    def __init__(self, names: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> None:
+        self._names = names
+        self._quoted: dict[str, str] | None = None
+        self._pattern: re.Pattern[str] | None = None
+
+    def text(self, value: str) -> str:
+        """``value`` with every quoted id replaced by its name."""
+        if "'" not in value and '"' not in value:
+            return value  # no quote, no quoted id (the common case: nothing is computed)
+        if self._quoted is None:
+            names = self._names() if callable(self._names) else self._names
+            self._quoted = {repr(sid): name for sid, name in names.items()}
+            if self._quoted:
+                needles = sorted(self._quoted, key=len, reverse=True)  # the longest quote first
+                self._pattern = re.compile("|".join(re.escape(n) for n in needles))
+        if self._pattern is None:
+            return value
+        quoted = self._quoted
+        return self._pattern.sub(lambda m: quoted[m.group()], value)
+
+    def json(self, value: Any) -> Any:
+        """A copy of a JSON value whose strings went through :meth:`text` (keys are left as they are)."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {k: self.json(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.json(v) for v in value]
+        return value

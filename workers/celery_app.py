@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
 from kombu import Queue
 
 from service.jobs.registry import TASKS
 from service.queue import LANES, celery_queue_name
-from service.runtime import Runtime
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ def runtime() -> Runtime:
     global _runtime
     with _lock:
         if _runtime is None:
+            from service.runtime import Runtime  # after the fork: the runtime's modules import torch
+
             _runtime = Runtime(settings, role="worker")
             _runtime.start()
         return _runtime

@@ -38,8 +38,10 @@ import torch
 
 from unlearning.data import Dataset
 from unlearning.errors import InvalidConfigError
-from unlearning.methods.langevin import LogisticProblem, gather_batches, project, small_op_threads
-from unlearning.privacy.langevin_accountant import check_target
+from unlearning.methods.langevin.batching import gather_batches
+from unlearning.methods.langevin.noisy_sgd import project, small_op_threads
+from unlearning.methods.langevin.problem import LogisticProblem
+from unlearning.privacy.langevin.constants import check_target
 
 Variant = Literal["without_state", "with_state"]
 PAPER_TRAINING_ITERATIONS = 10_000

@@ -5,8 +5,7 @@ Every deletion update reads the three manifests of its model and dataset and wri
 84 KB each on a thousand owners). JSONB is parsed into its binary form on every write and printed back
 to text on every read; nothing queries inside a manifest, so that work buys nothing. Reading an 84 KB
 manifest ``FOR UPDATE`` and rewriting it cost the server 2.2 ms of CPU as JSONB against 1.1 ms as JSON
-(both ``EXTERNAL``, 300 times each, twice; bench/README.md, item 25). JSON still checks the text is
-valid JSON.
+(both ``EXTERNAL``, 300 times each, measured twice). JSON still checks the text is valid JSON.
 
 Changing a column's type resets its storage to the type's default, so the ``EXTERNAL`` storage of
 migration 0002 (stored out of line, not compressed) is set again. SQLite stores both as text: nothing

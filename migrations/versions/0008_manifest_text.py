@@ -3,7 +3,7 @@
 
 Every deletion update writes three manifests again (about 84 KB each on a thousand owners). The JSON
 type checks each document byte by byte on the way in: 0.3 ms of the server's CPU per manifest written
-(an 84 KB update 400 times: 0.8 to 1.05 ms as JSON, 0.5 to 0.7 as TEXT; bench/README.md, item 33).
+(an 84 KB update 400 times: 0.8 to 1.05 ms as JSON, 0.5 to 0.7 as TEXT).
 Nothing queries inside a manifest, and the service writes them only as the JSON text its codec makes
 (:class:`service.db.base.ManifestJSON`), so the check buys nothing. The values are kept as they are
 (a JSON ``null`` stays the text ``null``, which the service reads as None).

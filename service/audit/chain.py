@@ -1,9 +1,6 @@
 """How an audit event is hashed into its chain.
 
-``hash = sha256(prev_hash || canonical_json(event))`` where the canonical JSON has sorted keys, no
-whitespace and ASCII only, and covers every column a reader relies on. Changing, inserting, deleting
-or reordering any event breaks the chain from that point; truncating the tail is caught by the chain's
-head row.
+``hash = sha256(prev_hash || canonical_json(event))``, canonical JSON: sorted keys, no whitespace, ASCII.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """Check a Lethe deployment's audit log from outside: ``python -m service.audit.check --url URL``.
 
-``GET /v1/audit/verify`` is the service checking itself. An auditor should not have to trust that: this
-tool reads the events over the API (``GET /v1/audit/events?chain=...``), recomputes every hash itself and
-compares the end of each chain with the head the service reports. Each event's hash is
+Reads every chain over the API, recomputes each event's hash (definition: ``service/audit/chain.py``)
 
     sha256(prev_hash || canonical JSON of {chain, seq, at, type, model_id, request_id, version_id, payload})
 
-(sorted keys, no whitespace, ASCII; ``at`` as ISO 8601 UTC with microseconds: ``service/audit/chain.py``,
-about 50 lines, is the whole definition), so altering, inserting, removing or reordering events shows.
-
-A service that rewrote a chain whole, recomputing every hash, would pass that check. Anchors catch it:
-``--save-anchors FILE`` records each chain's head as verified now, and a later run with
-``--anchors FILE`` requires those events still to have those hashes (keep the file where the service
-cannot write it).
-
-Then each model's versions are checked against the ledger and the log (``--no-models`` skips this):
-every version has exactly one ledger entry, whose charge, spent and cap are its certificate's; no entry
-spends more than its cap; the log's event for the version (``model.trained``, ``version.created`` or
-``retrain.completed``) names the version's weights digest; and the weights the service serves now hash
-to the digest of the version it says it serves (``--model ID``: that model's chains and versions
-only). Exit status 0 when everything checked holds, 1 otherwise, 2 for a usage error. ``lethe audit``
-runs the same check.
+and compares each chain's end with the head the service reports. ``--save-anchors FILE`` records the
+heads; ``--anchors FILE`` requires those events to keep those hashes (catches a chain rewritten whole).
+Then, unless ``--no-models``, each model's versions: exactly one ledger entry each, matching its
+certificate's charge/spent/cap; no entry over its cap; the release event names the version's weights
+digest; the served weights hash to the served version's digest (``--model ID``: that model only).
+Exit status 0 when everything holds, 1 otherwise, 2 for a usage error. ``lethe audit`` runs the same.
 """
 
 from __future__ import annotations
@@ -64,9 +53,9 @@ def check(
     anchors: Mapping[str, Mapping[int, str]] | None = None,
     read: dict[str, list[AuditEventOut]] | None = None,
 ) -> list[ChainReport]:
-    """Verify ``chains`` (default: every chain the service reports) against the service's heads and the
-    ``anchors`` (chain -> sequence number -> hash). A chain anchored earlier that the service no longer
-    reports is a failure: the whole chain was removed. ``read`` collects each chain's events."""
+    """Verify ``chains`` (default: every reported or anchored chain) against the service's heads and the
+    ``anchors`` (chain -> seq -> hash); an anchored chain no longer reported fails. ``read`` collects
+    each chain's events."""
     anchors = anchors or {}
     reported = heads(client)
     wanted = chains if chains is not None else sorted(reported | {c: (0, "") for c in anchors})
@@ -107,8 +96,7 @@ def _get(client: httpx.Client, path: str, **params: Any) -> Any:
 def _pages(
     client: httpx.Client, path: str, key: str, cursor: tuple[str, str], limit: int, **params: Any
 ) -> list[Any]:
-    """Every item of a paged list: ``cursor`` is (the query parameter, the item field it continues from);
-    a page shorter than ``limit`` is the last."""
+    """Every item of a paged list; ``cursor``: (query parameter, item field it continues from)."""
     parameter, item_field = cursor
     items: list[Any] = []
     while True:
@@ -209,8 +197,7 @@ def save_anchors(path: Path, reports: list[ChainReport]) -> None:
 def service_client(
     url: str | None, token: str | None, client: httpx.Client | None = None
 ) -> Iterator[httpx.Client]:
-    """``client`` when given (tests pass the app's), else a client of ``url`` sending the bearer
-    ``token`` (if any), closed at the end."""
+    """``client`` if given, else a client of ``url`` with bearer ``token``, closed at the end."""
     if client is not None:
         yield client
         return
@@ -255,10 +242,8 @@ def run(
     model: int | None = None,
     models: bool = True,
 ) -> Outcome:
-    """The whole check: the ``chains`` (default: every chain, or with ``model`` that model's chains the
-    service reports) against the heads and ``anchors``, then every model's versions (only ``model``'s
-    with it; none without ``models``). Raises ``httpx.HTTPError`` when the service cannot be read (a
-    ``model`` it does not know: 404)."""
+    """:func:`check` of ``chains`` (default: all, or ``model``'s), then :func:`check_model` of every
+    model (only ``model``; none if not ``models``). Raises ``httpx.HTTPError`` if the service can't be read."""
     if model is not None and chains is None:
         reported = heads(client)
         chains = [c for c in chains_of_model(model) if c in reported] or [model_chain(model)]

@@ -1,6 +1,4 @@
-"""The options of the outside audit check (:mod:`service.audit.check`), shared by
-``python -m service.audit.check`` and ``lethe audit``; a module of its own so that the command line
-builds its parser without importing the check's dependencies."""
+"""The options of :mod:`service.audit.check`, shared with ``lethe audit`` (import-light on purpose)."""
 
 from __future__ import annotations
 

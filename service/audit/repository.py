@@ -7,16 +7,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, and_, bindparam, cast, insert, or_, select, update
+from sqlalchemy import Text, and_, bindparam, cast, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from service.audit.chain import GENESIS, event_hash
 from service.db.base import table, utcnow
-from service.db.tables import SUBJECTS_ERASED_EVENT, AuditEvent, AuditHead, RequestSubject
+from service.db.tables import SUBJECTS_ERASED_EVENT, AuditEvent, AuditHead, Model, RequestSubject
 from service.db.upsert import insert_ignore
 
-# Every transaction of a deletion appends to its model's chain: the statements are built once, on the
-# Core tables (service.db.base, "Statements built once").
+# built once on the Core tables (docs/decisions.md, "Statements built once")
 _heads = table(AuditHead).c
 _LOCK_HEAD = select(_heads.seq, _heads.hash).where(_heads.chain == bindparam("chain")).with_for_update()
 _MOVE_HEAD = (
@@ -37,9 +36,8 @@ class ChainHead:
 
 
 def chain_rows(head: ChainHead, events: list[dict[str, Any]], at: datetime) -> list[dict[str, Any]]:
-    """``events`` (dicts with event_type, model_id, request_id, version_id, payload) as rows of the
-    chain after ``head``, each hashed onto its predecessor (:func:`service.audit.chain.event_hash`);
-    ``head`` moves to the last of them, so that a caller appending again continues the chain."""
+    """``events`` (event_type, model_id, request_id, version_id, payload) as hashed rows after ``head``;
+    ``head`` is advanced to the last."""
     seq, prev = head.seq, head.hash
     rows = []
     for event in events:
@@ -89,20 +87,14 @@ class AuditRepository:
         )
 
     def lock_chain(self, chain: str) -> ChainHead | None:
-        """The chain's head row (None if the chain has no event yet), locked until the transaction ends,
-        as :meth:`append_many` would lock it: for a transaction that must hold it before a later lock.
-        Hand it to :meth:`append_many` (``head=``) to spare a second read."""
+        """The chain's head (None if the chain has no event yet), row-locked until the transaction ends;
+        pass it to :meth:`append_many` as ``head``."""
         row = self.session.execute(_LOCK_HEAD, {"chain": chain}).first()
         return ChainHead(chain, row.seq, row.hash) if row is not None else None
 
     def append_many(self, chain: str, events: list[dict[str, Any]], head: ChainHead | None = None) -> None:
-        """Append ``events`` (dicts with event_type, model_id, request_id, version_id, payload) to ``chain``.
-
-        The chain's head row is locked until the transaction ends: writers of one chain are serialised,
-        so sequence numbers have no gaps and each event links to its true predecessor, while writers of
-        different chains (models) do not contend. Three statements however many events (two when
-        ``head`` is the chain's head as :meth:`lock_chain` returned it earlier in this transaction).
-        """
+        """Append ``events`` to ``chain``, locking its head row until the transaction ends (writers of
+        one chain serialise; gap-free seqs). ``head``: the head :meth:`lock_chain` returned earlier."""
         if not events:
             return
         if head is None:
@@ -112,7 +104,6 @@ class AuditRepository:
             head = self.lock_chain(chain)
             assert head is not None  # inserted just now, or by a concurrent writer that committed
         rows = chain_rows(head, events, utcnow())
-        # Every row names every column (a version event's request_id is None), so all go as one executemany.
         self.session.execute(_INSERT_EVENTS, rows)
         self.session.execute(_MOVE_HEAD, {"b_chain": chain, "b_seq": head.seq, "b_hash": head.hash})
 
@@ -129,8 +120,7 @@ class AuditRepository:
         after_id: int | None = None,
         limit: int = 100,
     ) -> list[AuditEvent]:
-        """The events matching every filter given, oldest first; ``subject_hashes`` is None or names at
-        least one subject."""
+        """The events matching every filter given, oldest first (``subject_hashes``: None or non-empty)."""
         stmt = select(AuditEvent)
         if model_id is not None:
             stmt = stmt.where(AuditEvent.model_id == model_id)
@@ -139,8 +129,7 @@ class AuditRepository:
         if chain is not None:
             stmt = stmt.where(AuditEvent.chain == chain)
         if subject_hashes is not None:
-            # The subjects' requests first, as a list: with a subquery in the OR, Postgres scans the
-            # whole log; with a list, it reads the request_id index and the partial index below.
+            # a literal list, not a subquery: with a subquery in the OR Postgres scans the whole log
             requests = sorted(
                 set(
                     self.session.scalars(
@@ -150,10 +139,8 @@ class AuditRepository:
                     )
                 )
             )
-            # A dataset that erased a subject itself (no request, service.datasets.erasure) names it in
-            # its event's payload; keyed hashes are 64 hex characters, so a text match cannot misfire.
-            # The event type is written into the SQL, not bound, so that the planner can match the
-            # partial index ix_audit_events_subjects_erased whatever plan it caches.
+            # datasets' own erasures name hashes in the payload (64 hex: a text match cannot misfire);
+            # the type is inlined so the planner can use ix_audit_events_subjects_erased
             named = and_(
                 AuditEvent.event_type
                 == bindparam("erased_type", SUBJECTS_ERASED_EVENT, literal_execute=True),
@@ -169,6 +156,22 @@ class AuditRepository:
         if after_id is not None:
             stmt = stmt.where(AuditEvent.id > after_id)
         return list(self.session.scalars(stmt.order_by(AuditEvent.id).limit(limit)))
+
+    def events_per_chain(self, chains: list[str] | None) -> dict[str, int]:
+        """chain -> how many events the log holds of it, among ``chains`` (None: every chain)."""
+        counts = select(AuditEvent.chain, func.count()).group_by(AuditEvent.chain)
+        if chains is not None:
+            counts = counts.where(AuditEvent.chain.in_(chains))
+        return {str(name): int(n) for name, n in self.session.execute(counts)}
+
+    def models_known(self, model_ids: list[int] | None) -> tuple[set[int], set[int]]:
+        """(the registered models, the models the log's events name), among ``model_ids`` (None: all)."""
+        registered = select(Model.id)
+        named = select(AuditEvent.model_id).where(AuditEvent.model_id.is_not(None)).distinct()
+        if model_ids is not None:
+            registered = registered.where(Model.id.in_(model_ids))
+            named = named.where(AuditEvent.model_id.in_(model_ids))
+        return set(self.session.scalars(registered)), {m for m in self.session.scalars(named) if m is not None}
 
     def heads(self, chains: list[str] | None = None) -> list[AuditHead]:
         stmt = select(AuditHead).order_by(AuditHead.chain)

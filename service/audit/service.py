@@ -8,11 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import func, select
-
 from service.audit.chain import GENESIS, event_hash
 from service.audit.repository import AuditRepository
-from service.db.tables import AuditEvent, Model
 from service.errors import NotFound
 from service.schemas import MAX_DB_INT
 
@@ -25,13 +22,8 @@ def model_chain(model_id: int) -> str:
 
 
 def completions_chain(model_id: int) -> str:
-    """The chain of the model's completed deletions (``deletion.completed``, one per request).
-
-    A chain of its own, like :func:`requests_chain`, so that completing one version (which holds its
-    chain's head across the unlinks of the version's garbage) and recording the next (which appends to
-    the model's chain) never wait for each other's lock on one chain head when two worker processes do
-    them at once.
-    """
+    """The chain of the model's ``deletion.completed`` events (separate, so completions and new
+    versions never wait on one chain head's lock)."""
     return f"model:{model_id}:completions"
 
 
@@ -57,11 +49,8 @@ def request_version_events(
 
 
 def requests_chain(model_id: int) -> str:
-    """The chain of what clients did to a model: deletions received and canceled, callbacks.
-
-    A separate chain so that accepting requests (the API, many per second) and applying them (the
-    worker) never wait for each other's lock on one chain head.
-    """
+    """The chain of what clients did to a model: deletions received and canceled, callbacks (separate,
+    so the API and the worker never wait on one chain head's lock)."""
     return f"model:{model_id}:requests"
 
 
@@ -77,8 +66,7 @@ class ChainReport:
 
 
 class ChainedEvent(Protocol):
-    """What verification reads of an event: a row of ``audit_events``, or one exported through the API
-    (service.audit.check)."""
+    """What verification reads of an event: an ``audit_events`` row, or one read over the API."""
 
     @property
     def chain(self) -> str: ...
@@ -124,10 +112,8 @@ def verify_events(
     head_hash: str,
     anchors: Mapping[int, str] | None = None,
 ) -> ChainReport:
-    """Recompute every hash of ``chain`` (its events in sequence order) and compare the last one with the
-    chain's head. ``anchors`` (sequence number -> hash, recorded by an auditor earlier) must still be the
-    hashes at those positions: a chain rewritten whole, every hash recomputed, verifies on its own, but
-    not against what was seen before."""
+    """Recompute every hash of ``chain`` (events in seq order), compare the last with the head, and
+    require each of ``anchors`` (seq -> hash) to match."""
     prev, expected_seq, count = GENESIS, 1, 0
     anchors = anchors or {}
 
@@ -178,11 +164,9 @@ _MODEL_CHAIN = re.compile(r"model:([1-9][0-9]{0,9})")
 def verify(
     repo: AuditRepository, *, chain: str | None = None, model_id: int | None = None
 ) -> list[ChainReport]:
-    """The reports of ``GET /v1/audit/verify``: every chain by default, else ``chain`` and the chains of
-    ``model_id``. A chain that must exist but has no head (a registered model's ``model:<id>``, or a chain
-    with events left) is reported as missing, not left out: removing a chain whole must not verify.
-    404 for a model the database and the log do not know, or a chain name with no head and no reason to
-    exist (a typo): a verification that checked nothing is not a success."""
+    """The reports of ``GET /v1/audit/verify``: every chain, or ``chain`` and ``model_id``'s chains. A
+    chain that must exist but has no head is reported failed. NotFound for an unknown model, or a chain
+    with no head and no reason to exist."""
     if chain is not None and not _CHAIN_NAME.fullmatch(chain):  # Postgres refuses NUL in a query
         raise NotFound(f"chain {chain!r} does not exist: chain names are printable")
     wanted = None
@@ -218,14 +202,9 @@ def _missing_report(chain: str, events: int, why: str) -> ChainReport:
 
 
 def _expected(repo: AuditRepository, chains: list[str] | None) -> dict[str, tuple[int, str]]:
-    """Chains (among ``chains``; None: all) that must have a head: chain -> (events it still has, why).
-    A registered model (a row of ``models``, deleted or not: its row and log stay) or a model the log's
-    events name has a ``model:<id>`` chain from its registration on; a chain with events has a head."""
-    session = repo.session
-    counts = select(AuditEvent.chain, func.count()).group_by(AuditEvent.chain)
-    if chains is not None:
-        counts = counts.where(AuditEvent.chain.in_(chains))
-    events = {str(name): int(n) for name, n in session.execute(counts)}
+    """Chains (among ``chains``; None: all) that must have a head -> (events left, why): any chain with
+    events, and ``model:<id>`` of every registered or logged model."""
+    events = repo.events_per_chain(chains)
     expected = {name: (n, "the log holds events of this chain") for name, n in events.items()}
 
     model_ids: list[int] | None = None
@@ -234,13 +213,7 @@ def _expected(repo: AuditRepository, chains: list[str] | None) -> dict[str, tupl
         model_ids = [m for m in model_ids if m <= MAX_DB_INT]  # larger ids are never stored
         if not model_ids:
             return expected
-    registered = select(Model.id)
-    named = select(AuditEvent.model_id).where(AuditEvent.model_id.is_not(None)).distinct()
-    if model_ids is not None:
-        registered = registered.where(Model.id.in_(model_ids))
-        named = named.where(AuditEvent.model_id.in_(model_ids))
-    registered_ids = set(session.scalars(registered))
-    named_ids = {m for m in session.scalars(named) if m is not None}
+    registered_ids, named_ids = repo.models_known(model_ids)
     for known in sorted(registered_ids | named_ids):
         name = model_chain(known)
         if name not in expected:

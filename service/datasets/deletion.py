@@ -1,36 +1,34 @@
-"""Deleting a dataset: its rows leave the artifact store; its record (name, sizes, when) and the audit log
-stay. Only a dataset that no live model uses: a model holds its own copy of the rows (often the same
-blobs), and deleting the model (``DELETE /v1/models/{id}``, :mod:`service.models.retirement`) is how
-that copy goes.
+"""Deleting a dataset no live model uses: its rows leave the artifact store; its record and the audit
+log stay.
 
-Two transactions, so that no blob is unlinked while a committed row still counts on it: the first (under
-the dataset's row lock, which registration takes too) checks that no live model uses the dataset, marks
-it deleted and releases its artifact references; the second unlinks the blobs nothing else holds and
-drops the manifest. Deleting it again runs the second step again (a crash between the two leaves
-unreferenced blobs, which the orphan sweep also removes).
+Two transactions: (1) under the dataset row lock, refuse (409) if a live model uses it, mark it deleted,
+release its references; (2) unlink the blobs nothing holds and drop the manifest. Deleting it again
+reruns step 2.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from service.audit.service import SYSTEM_CHAIN
 from service.db.base import utcnow
 from service.errors import Conflict, NotFound
 from service.jobs.completion import collect_garbage
+from service.jobs.context import CompletionContext
 from service.jobs.versions import dataset_holder
 from service.storage.buckets import digests
 
-if TYPE_CHECKING:
-    from service.runtime import Runtime
+
+class DatasetDeletionContext(CompletionContext, Protocol):
+    """What deleting a dataset uses of the process's runtime."""
 
 
-def delete_dataset(rt: Runtime, dataset_id: int) -> None:
+def delete_dataset(rt: DatasetDeletionContext, dataset_id: int) -> None:
     _mark_deleted(rt, dataset_id)
     _erase(rt, dataset_id)
 
 
-def _mark_deleted(rt: Runtime, dataset_id: int) -> None:
+def _mark_deleted(rt: DatasetDeletionContext, dataset_id: int) -> None:
     with rt.uow() as uow:
         row = uow.datasets.lock(dataset_id)
         if row is None:
@@ -54,7 +52,7 @@ def _mark_deleted(rt: Runtime, dataset_id: int) -> None:
         uow.commit()
 
 
-def _erase(rt: Runtime, dataset_id: int) -> None:
+def _erase(rt: DatasetDeletionContext, dataset_id: int) -> None:
     with rt.uow() as uow:
         row = uow.datasets.lock(dataset_id)
         if row is None or row.deleted_at is None:

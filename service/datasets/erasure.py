@@ -1,37 +1,32 @@
-"""Forgetting subjects in a table dataset that no model uses: the rows leave the dataset's stored arrays
-at once (``POST /v1/datasets/{id}/deletions`` when it has no model to send the deletion to).
+"""Forgetting subjects in a table dataset no model uses (``POST /v1/datasets/{id}/deletions``).
 
-One transaction (under the dataset's row lock, which registration and models' erasures take too) drops the
-rows from the bucket manifest, swaps the dataset's artifact references and appends a
-``dataset.subjects_erased`` audit event that names the subjects by keyed hash only; then the blobs nothing
-holds any more are unlinked, before the answer goes out. The Idempotency-Key makes a retry replay the
-answer (:func:`service.idempotency.service.run`).
-
-Graph datasets are not handled here: a node or graph leaves a stored graph through the graph erasure of a
-model's update (:mod:`service.graphs.erasure`); without a model the request is refused.
+One idempotent transaction under the dataset row lock drops the rows, swaps the artifact references and
+appends a ``dataset.subjects_erased`` event (keyed hashes only); the released blobs are unlinked before
+the answer. Graph datasets are refused (their items leave through a model's updates).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import select
+from typing import Any, Protocol
 
 from service.audit.service import SYSTEM_CHAIN
-from service.db.tables import SUBJECTS_ERASED_EVENT, Dataset, Model
-from service.db.uow import UnitOfWork
+from service.db.tables import SUBJECTS_ERASED_EVENT, Dataset
 from service.deletions.schemas import DatasetDeletionOut, DeletionIn
 from service.deletions.service import FAN_OUT_STATUSES, missing_subjects_error
 from service.errors import Conflict, Unprocessable
 from service.idempotency import service as idempotency
 from service.jobs.completion import collect_garbage
+from service.jobs.context import UpdateContext
 from service.jobs.versions import drop_dataset_rows, replace_dataset_arrays
+from service.states import ModelState
+from service.uow import UnitOfWork
 
-if TYPE_CHECKING:
-    from service.runtime import Runtime
+
+class ErasureContext(UpdateContext, Protocol):
+    """What erasing subjects from a dataset uses of the process's runtime."""
 
 
-def erase_subjects(rt: Runtime, dataset_id: int, key: str | None, body: DeletionIn) -> idempotency.Outcome:
+def erase_subjects(rt: ErasureContext, dataset_id: int, key: str | None, body: DeletionIn) -> idempotency.Outcome:
     """Erase the rows ``body`` names from the dataset (200, with ``erased_rows``); replayed for the same key."""
     released: set[str] = set()
 
@@ -102,10 +97,10 @@ _PAGE = 1000
 
 
 def _forgotten(
-    rt: Runtime, uow: UnitOfWork, dataset_id: int, arrays: dict[str, Any], body: DeletionIn
+    rt: ErasureContext, uow: UnitOfWork, dataset_id: int, arrays: dict[str, Any], body: DeletionIn
 ) -> dict[str, str]:
-    """sample id -> owner id of the rows the request names. An id not in the dataset: 409 when every such
-    id was erased from it before, 422 otherwise (as a model's deletions answer)."""
+    """sample id -> owner id of the rows the request names; raises 409 if every missing id was erased
+    before, else 422."""
     data = rt.cache.dataset(arrays)
     owners, samples = list(dict.fromkeys(body.owner_ids)), list(dict.fromkeys(body.sample_ids))
     present = set(data.owner_ids)
@@ -125,10 +120,8 @@ def _forgotten(
 
 
 def _erased_among(uow: UnitOfWork, dataset_id: int, hashed: dict[str, tuple[str, str]]) -> dict[str, str]:
-    """subject hash -> how it left the dataset (a phrase for a message), for the hashes among ``hashed`` erased from it before: by
-    the dataset itself (its ``dataset.subjects_erased`` audit events name subjects by keyed hash) or by a
-    model registered on it (whose updates erase the rows from the dataset too; its tombstones stay when
-    the model is deleted)."""
+    """subject hash -> message suffix, for those of ``hashed`` erased before: by the dataset itself (its
+    ``dataset.subjects_erased`` events) or by a model on it (its tombstones)."""
     found: dict[str, str] = {}
     after: int | None = None
     while True:
@@ -146,7 +139,7 @@ def _erased_among(uow: UnitOfWork, dataset_id: int, hashed: dict[str, tuple[str,
         if len(events) < _PAGE:
             break
         after = events[-1].id
-    for model_id in uow.session.scalars(select(Model.id).where(Model.dataset_id == dataset_id)):
+    for model_id in uow.models.on_dataset(dataset_id, statuses=list(ModelState)):
         rest = [h for h in hashed if h not in found]
         if not rest:
             break

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from service.db.tables import Dataset
 
-# Every update round locks its model's dataset (service.db.base, "Statements built once").
+# built once (docs/decisions.md, "Statements built once")
 _LOCK = select(Dataset).where(Dataset.id == bindparam("dataset_id")).with_for_update()
 
 

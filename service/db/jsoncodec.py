@@ -1,22 +1,10 @@
-"""The JSON codec of the database's JSON columns: orjson, with the standard library as fallback.
+"""The JSON codec of the database's JSON columns: orjson, falling back to the standard library
+wherever orjson's result would differ from :func:`json.dumps` / :func:`json.loads`:
 
-An update round reads and writes the model's and the dataset's bucket manifests (JSON, about 84 KB each
-at 1,000 owners, :mod:`service.storage.buckets`): three encodes and three decodes per round. The
-standard library spends about 375 microseconds on one encode and 250 on one decode, orjson 20 and 125, so the codec is a measurable part of a round's CPU.
-
-What is stored never depends on the codec: where orjson would write something other than
-:func:`json.dumps` (with its defaults, as before), the standard library writes it.
-
-- orjson refuses integers beyond 64 bits and values the standard library handles in its own way: those
-  are encoded by :func:`json.dumps`;
-- orjson writes NaN and infinities as ``null`` where :func:`json.dumps` writes ``NaN`` (which Postgres
-  rejects): a value holding such a float is encoded by :func:`json.dumps`
-  (the service keeps them out of its columns: :func:`unlearning.serialization.json_safe`);
-- orjson reads only standard JSON (no ``NaN``): anything else is read by :func:`json.loads`;
-- orjson reads an integer beyond 64 bits as a float, silently (``-9223372036854775809`` becomes
-  ``-9.223372036854776e+18``): a document in which a float of that size appears is read again by
-  :func:`json.loads`, which keeps the integer exact. The walk over the decoded values that finds such a
-  float skips strings, so on a manifest (a thousand hex digests) it costs about 20 microseconds.
+- values orjson refuses (integers beyond 64 bits, ...) and values holding NaN or infinities (orjson
+  writes ``null``) are encoded by :func:`json.dumps`;
+- non-standard JSON (``NaN``) and documents holding a float of magnitude >= 2**63 (orjson's reading of
+  an out-of-range integer) are decoded by :func:`json.loads`.
 """
 
 from __future__ import annotations
@@ -56,10 +44,6 @@ def loads(data: str | bytes) -> Any:
     return json.loads(data) if _holds_huge_float(value) else value
 
 
-# No look at the text first: a regular expression for a run of 19 digits (which such an integer needs)
-# took 1.4 ms on an 84 KB manifest, whose random hex digests hold such runs at some 6 places each and
-# digit runs that fail the match at thousands, against 20 microseconds for the walk (bench/README.md,
-# item 30).
 _INT64_MAGNITUDE = 2.0**63  # orjson's floats for out-of-range integer literals are at least this large
 
 
@@ -74,8 +58,7 @@ def _has_non_finite(value: Any) -> bool:
 
 
 def _any_float(value: Any, test: Callable[[float], bool]) -> bool:
-    """Whether ``test`` holds for a float anywhere in ``value`` (dicts' values, lists and tuples). A loop
-    that skips strings first: a manifest is a thousand of them, and this runs on every document read."""
+    """Whether ``test`` holds for a float anywhere in ``value`` (dict values, lists, tuples)."""
     if isinstance(value, float):
         return test(value)
     if isinstance(value, dict):

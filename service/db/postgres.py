@@ -1,12 +1,14 @@
-"""Plain statements on the psycopg connection under a unit of work (Postgres only).
+"""Plain statements on the psycopg connection under a unit of work (Postgres only): the building blocks
+of the deletion path's repositories (:mod:`service.deletions.submission_repository`,
+:mod:`service.jobs.round_repository`, :mod:`service.jobs.completion_repository`) and of the audit
+chain's statements (:mod:`service.audit.statements`).
 
-A deletion crosses three transactions (its submission, its update round, its completion). Through the
-ORM and SQLAlchemy Core they were some 40 statements, each a round trip and about a quarter of a
-millisecond of the client's CPU before Postgres saw it ( to 24). The hot
-path of each (:mod:`service.deletions.postgres_intake`, :mod:`service.jobs.postgres_path`) now sends
-plain SQL on :meth:`service.db.uow.UnitOfWork.postgres_connection`, in the same transaction, batched in
-psycopg's pipeline mode: a pipeline sends its statements without waiting for each answer, so a
-transaction costs two or three round trips. The statements used by more than one of them are here.
+They send their SQL on :meth:`service.uow.UnitOfWork.postgres_connection`, in the unit
+of work's transaction, batched in psycopg's pipeline mode: a pipeline sends its statements without
+waiting for each answer, so a transaction costs two or three round trips. The helpers they share are
+here: the column lists of a SELECT (:func:`select_list`) and the adoption of its rows as the session's
+objects (:func:`adopt`), the INSERT of a new object's row (:func:`insert_row`), JSON and array
+parameters, and the requests' state history (:func:`insert_history`).
 
 Arrays go as one parameter each (``unnest``), so a statement costs the same for one row as for hundreds,
 written as Postgres array literals by :func:`array_literal` (the statement casts each to its type).
@@ -18,24 +20,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
-from psycopg import Connection, Cursor
+from psycopg import Connection
 from psycopg.types.json import Jsonb
 from sqlalchemy import JSON
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
-from service.audit.chain import GENESIS
-from service.audit.repository import ChainHead, chain_rows
 from service.db import jsoncodec
 from service.db.base import Base, ManifestJSON, manifest_text, table
 from service.states import RequestState
 
 _Row = TypeVar("_Row", bound=Base)
 
-_LOCK_HEAD = "SELECT seq, hash FROM audit_heads WHERE chain = %s FOR UPDATE"
-_NEW_HEAD = "INSERT INTO audit_heads (chain, seq, hash) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING"
-_MOVE_HEAD = "UPDATE audit_heads SET seq = %s, hash = %s WHERE chain = %s"
 # WITH ORDINALITY ... ORDER BY: the rows take their serial ids in the order given, so that a request's
 # history and a chain's events read back in order by id, as an executemany inserts them.
 _HISTORY = """
@@ -43,15 +40,6 @@ INSERT INTO request_events (request_id, state, at, detail)
 SELECT t.request_id, t.state, t.at, t.detail
 FROM unnest(%s::int[], %s::varchar[], %s::timestamptz[], %s::text[]) WITH ORDINALITY
     AS t(request_id, state, at, detail, n)
-ORDER BY t.n
-"""
-_AUDIT_EVENTS = """
-INSERT INTO audit_events (chain, chain_seq, at, event_type, model_id, request_id, version_id, payload,
-    prev_hash, hash)
-SELECT %s, t.chain_seq, %s, t.event_type, t.model_id, t.request_id, t.version_id, t.payload, t.prev_hash, t.hash
-FROM unnest(%s::int[], %s::varchar[], %s::int[], %s::int[], %s::int[], %s::jsonb[], %s::varchar[],
-    %s::varchar[]) WITH ORDINALITY
-    AS t(chain_seq, event_type, model_id, request_id, version_id, payload, prev_hash, hash, n)
 ORDER BY t.n
 """
 
@@ -128,11 +116,11 @@ def array_literal(values: Iterable[ArrayElement]) -> str:
     """``values`` as a Postgres array literal, ``{1,"a b",NULL}``, for a parameter the statement casts
     to an array type (``%s::int[]``; psycopg sends a str as text of unknown type, which the cast types).
 
-    psycopg adapts a Python list itself, but builds a list dumper with a transformer of its own for
-    each such parameter and scans the elements for their type: about 25 microseconds a list, and a
-    round sends some twenty-five of them. Strings and timestamps are quoted
-    and escaped as Postgres' array input reads them (a backslash escapes the next character), so a
-    value can hold any character, and the text ``NULL`` stays text; integers go bare; None is SQL NULL.
+    Not psycopg's adaptation of a Python list, which builds a dumper for each such parameter and scans
+    its elements for their type: about 25 microseconds a list, and a round sends some twenty-five of
+    them. Strings and timestamps are quoted and escaped as Postgres' array input reads them (a backslash
+    escapes the next character), so a value can hold any character, and the text ``NULL`` stays text;
+    integers go bare; None is SQL NULL.
     Timestamps go in ISO 8601 with their offset (timezone-aware values, as :func:`service.db.base.utcnow`
     makes)."""
     return "{" + ",".join(map(_array_element, values)) + "}"
@@ -160,39 +148,6 @@ def array_columns(rows: Sequence[Sequence[ArrayElement]]) -> list[str]:
     """Rows of equal length as their columns, one :func:`array_literal` each: the arrays a statement
     unnests."""
     return [array_literal(column) for column in zip(*rows, strict=True)]
-
-
-def lock_chain_head(conn: Connection[Any], chain: str, *, create: bool = True) -> Cursor[Any]:
-    """In a pipeline: the audit chain's head, locked until the transaction ends (read it with
-    :func:`chain_head`). ``create``: a chain with no event yet gets its genesis head first (a conflict
-    with an existing head does nothing and waits for nothing)."""
-    if create:
-        conn.execute(_NEW_HEAD, (chain, GENESIS))
-    return conn.execute(_LOCK_HEAD, (chain,))
-
-
-def chain_head(chain: str, row: Any) -> ChainHead:
-    """The head :func:`lock_chain_head` read (with ``create``, it exists)."""
-    if row is None:
-        raise LookupError(f"the audit chain {chain} has no head")
-    return ChainHead(chain, int(row[0]), str(row[1]))
-
-
-def append_events(conn: Connection[Any], head: ChainHead, events: list[dict[str, Any]], at: datetime) -> None:
-    """Append ``events`` (event_type, model_id, request_id, version_id, payload) to ``head``'s chain,
-    locked by this transaction, and move its head: two statements however many events
-    (:meth:`service.audit.repository.AuditRepository.append_many` on the session)."""
-    if not events:
-        return
-    columns = array_columns(
-        [
-            (r["chain_seq"], r["event_type"], r["model_id"], r["request_id"], r["version_id"],
-             jsonb_element(r["payload"]), r["prev_hash"], r["hash"])
-            for r in chain_rows(head, events, at)
-        ]
-    )  # fmt: skip
-    conn.execute(_AUDIT_EVENTS, (head.chain, at, *columns))
-    conn.execute(_MOVE_HEAD, (head.seq, head.hash, head.chain))
 
 
 def insert_history(

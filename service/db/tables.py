@@ -1,11 +1,7 @@
-"""The relational schema: the system of record (DESIGN.md, Storage).
+"""The relational schema, the system of record; every change needs an Alembic migration.
 
-Every change here needs an Alembic migration in ``migrations/versions``; the integration test
-``test_migrations.py`` fails when the two disagree.
-
-Privacy note: plaintext subject identifiers (sample ids, owner ids) appear only in ``samples``
-(the model's remaining training set) and in ``deletion_requests.subjects`` until the request ends;
-everything that must outlive an erasure (audit log, tombstones, request subjects) holds keyed hashes.
+Plaintext subject ids appear only in ``samples`` and in ``deletion_requests.subjects`` until the
+request ends; whatever outlives an erasure (audit log, tombstones, request subjects) holds keyed hashes.
 """
 
 from __future__ import annotations
@@ -33,8 +29,7 @@ ID_LENGTH = 256  # longest sample or owner id accepted
 HASH_LENGTH = 64  # hex sha256 / hmac-sha256
 
 
-# The audit event of a dataset erasing subjects itself (service.datasets.erasure): it names them in its
-# payload, not through a request.
+# audit event of a dataset erasing subjects itself: names them in its payload, not through a request
 SUBJECTS_ERASED_EVENT = "dataset.subjects_erased"
 
 
@@ -92,9 +87,7 @@ class Model(Base):
     error: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
-    # Why a retrain was asked for through the API (POST /v1/models/{id}/retrain), until it is recorded or
-    # fails: the durable record of the request, so a retrain job run again by the reconciler still knows
-    # it must retrain with no deletion waiting, and the ledger gets the caller's reason.
+    # reason of a pending POST /v1/models/{id}/retrain, until recorded or failed (a rerun job still retrains)
     retrain_reason: Mapped[str | None] = mapped_column(Text)
 
     # current state: the serving version, the budget epoch and the durable parts of MethodState
@@ -103,9 +96,7 @@ class Model(Base):
     )
     budget_epoch: Mapped[int] = mapped_column(Integer, default=0)
     train_size: Mapped[int] = mapped_column(Integer)
-    # Bucket manifests of the remaining training arrays and of the per-sample statistics. Deferred (loaded
-    # on first access, or by ModelRepository.lock): they grow with the number of owners, and submissions,
-    # status reads and completions never need them.
+    # bucket manifests of the training arrays and statistics; deferred: they grow with the owners
     training: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON(), deferred=True)
     statistics: Mapped[dict[str, Any] | None] = mapped_column(ManifestJSON(), deferred=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -118,9 +109,7 @@ class ModelVersion(Base):
     __tablename__ = "model_versions"
     __table_args__ = (
         UniqueConstraint("model_id", "seq"),
-        # The versions that still name weights: one per model (the current one). Each new version
-        # purges its predecessors through this index, at a cost that does not grow with the model's
-        # history (migration 0006).
+        # versions still naming weights (one per model): purging predecessors does not scan the history
         Index(
             "ix_model_versions_unpurged",
             "model_id",
@@ -145,8 +134,7 @@ class ModelVersion(Base):
     num_forgotten: Mapped[int] = mapped_column(Integer, default=0)
     train_size: Mapped[int] = mapped_column(Integer)
     request_count: Mapped[int] = mapped_column(Integer, default=0)
-    # Blobs whose last reference this version dropped (the previous training arrays, statistics and
-    # weights): deleted from the artifact store before the version's requests count as completed.
+    # blobs whose last reference this version dropped: deleted before its requests complete
     garbage: Mapped[list[Any]] = mapped_column(default=list)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -224,7 +212,6 @@ class LedgerEntry(Base):
 
     __tablename__ = "ledger_entries"
     __table_args__ = (
-        # The invariant "the ledger never exceeds the cap" is also a database constraint.
         CheckConstraint("spent <= budget_cap", name="spent_within_cap"),
         Index("ix_ledger_entries_model_id_budget_epoch", "model_id", "budget_epoch"),
     )
@@ -249,8 +236,7 @@ class AuditEvent(Base):
     __tablename__ = "audit_events"
     __table_args__ = (
         UniqueConstraint("chain", "chain_seq"),
-        # The events that name subjects in their payload instead of through a request: an audit query by
-        # subject reads them through this index rather than the whole log (migration 0006).
+        # lets an audit query by subject read these events without scanning the log
         Index(
             "ix_audit_events_subjects_erased",
             "id",

@@ -15,9 +15,8 @@ from service.db.base import Base, table
 def insert_ignore(
     session: Session, entity: type[Base], rows: list[dict[str, Any]] | dict[str, Any], returning: Any = None
 ) -> Any:
-    """Insert, skipping rows that violate a unique constraint; with ``returning`` (a column, or a tuple of
-    columns), the inserted values (rows of a tuple for a tuple). Several rows go as one executemany of a
-    cached statement, not a statement compiled for that many VALUES tuples."""
+    """Insert, skipping rows that violate a unique constraint (one executemany); with ``returning`` (a
+    column, or a tuple of columns), the inserted values (rows of a tuple for a tuple)."""
     if returning is not None:
         columns = returning if isinstance(returning, tuple) else (returning,)
         result = session.execute(_statement(entity, tuple(c.key for c in columns)), rows)
@@ -29,7 +28,7 @@ def insert_ignore(
 
 @cache
 def _statement(entity: type[Base], returning: tuple[str, ...]) -> Insert:
-    """The statement, built once per (table, returned columns) (service.db.base, "Statements built once")."""
+    """The statement, built once per (table, returned columns)."""
     stmt = insert(table(entity)).on_conflict_do_nothing()
     columns = table(entity).c
     return stmt.returning(*(columns[name] for name in returning)) if returning else stmt

@@ -1,23 +1,12 @@
 """Group commit of deletion submissions (single and bulk).
 
-A deletion POST costs a transaction: claim its Idempotency-Key, validate its subjects, insert the
-request, its subjects and events, chain its audit event, store the response. One transaction per POST
-serialises every submission of a model on its audit chain head and spends most of its time in round
-trips. Here the request handlers (coroutines on the server's event loop) hand their submissions to one
-intake thread per process, which commits everything that is waiting in ONE transaction (the bulk paths
-of :func:`submit_many` and the idempotency repository), then wakes each waiting handler. At low load a
-batch holds one submission and costs what a lone POST did; under load, batches grow and the cost per
-submission falls, so the queue drains instead of building up (the same idea as a database's group
-commit).
-
-The semantics of each POST are unchanged:
-- the key, the request rows and the stored response commit together or not at all;
-- a key already present (a retry, a reused key, a first request still in flight) takes the
-  one-at-a-time path of :func:`service.idempotency.service.run`, which replays or answers 409/422;
-- if the batched transaction fails for an unexpected reason, each submission is retried alone, so one
-  bad submission never fails the others.
-A bulk submission is one submission with several requests: its key covers them all, and its answer
-reports each (202 when every item was accepted, 207 otherwise).
+Request handlers hand submissions to one intake thread per process, which commits all waiting ones in
+one transaction and then wakes each handler. Per submission:
+- the Idempotency-Key, the request rows and the stored response commit together or not at all;
+- a key already present takes :func:`service.idempotency.service.run` (replay, 409 or 422);
+- the answer is stored as :func:`service.idempotency.service.at_rest` writes it (ids by position);
+- if the batch transaction fails, each submission is retried alone.
+A bulk submission's key covers all its items; its answer reports each (202 if all accepted, else 207).
 """
 
 from __future__ import annotations
@@ -31,24 +20,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
 
 from service.db.base import utcnow
-from service.deletions.postgres_intake import PostgresSubmissions
 from service.deletions.schemas import BulkIn, DeletionIn
 from service.deletions.service import accept_many, bulk_report
+from service.deletions.submission_repository import SubmissionRepository
 from service.errors import ApiError
 from service.graphs.requests import has_graph_items
 from service.idempotency import service as idempotency
 from service.idempotency.service import Outcome
-from service.jobs.updates import request_update
-
-if TYPE_CHECKING:
-    from service.runtime import Runtime
+from service.jobs.context import UpdateContext
+from service.jobs.drain import request_update
 
 log = logging.getLogger(__name__)
+
+
+class IntakeContext(UpdateContext, Protocol):
+    """The runtime the intake uses (it publishes update jobs)."""
+
 
 _WAIT_SLICE_SECONDS = 1.0  # how often a waiting handler checks that the intake thread lives
 
@@ -108,7 +100,7 @@ def _accepted_any(status: int, body: dict[str, Any]) -> bool:
 class DeletionIntake:
     """One thread per process that commits waiting deletion submissions together."""
 
-    def __init__(self, rt: Runtime, max_batch: int = 500) -> None:
+    def __init__(self, rt: IntakeContext, max_batch: int = 500) -> None:
         self._rt = rt
         self._max_batch = max_batch
         self._queue: queue.Queue[_Submission | None] = queue.Queue()
@@ -126,9 +118,7 @@ class DeletionIntake:
             self._thread = None
 
     async def submit(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
-        """Accept (or replay, or reject) one request; returns once its transaction has committed. A
-        coroutine: the event loop goes on serving meanwhile, and no thread of the server's pool is held
-        (or handed the request)."""
+        """Accept (or replay, or reject) one request; returns once committed, holding no pool thread."""
         return await self._wait(self._single(model_id, key, body))
 
     async def submit_bulk(self, model_id: int, key: str | None, body: BulkIn) -> Outcome:
@@ -136,8 +126,7 @@ class DeletionIntake:
         return await self._wait(self._bulk(model_id, key, body))
 
     def commit_now(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
-        """Accept one request in the calling thread, through the batched path (a batch of one), as the
-        intake thread would: for tools that measure the intake alone (``bench.deletion_path``)."""
+        """Accept one request in the calling thread as a batch of one (used by ``bench.deletion_path``)."""
         item = self._single(model_id, key, body)
         self._commit([item])
         return item.result()
@@ -227,8 +216,8 @@ class DeletionIntake:
         return outcome
 
     def _commit_together(self, batch: list[_Submission]) -> list[_Submission]:
-        """One transaction for every submission whose key is new; returns the others (keys seen before,
-        or named twice in this batch), which take the one-at-a-time path."""
+        """Commit every submission whose key is new in one transaction; returns the others (keys seen
+        before, or repeated in the batch)."""
         rt = self._rt
         firsts: dict[tuple[str, str], _Submission] = {}
         for item in batch:
@@ -241,15 +230,15 @@ class DeletionIntake:
             accept_for: Callable[[int], Callable[[list[DeletionIn]], list[Any]]]
             store: Callable[[list[tuple[str, str, int, dict[str, Any]]]], None]
             if not any(has_graph_items(b) for s in firsts.values() for b in s.bodies):
-                submissions = PostgresSubmissions(
+                submissions = SubmissionRepository(
                     uow.postgres_connection(), rt.hasher, rt.settings.deletion_sla_seconds
                 )
                 every = _by_model(list(firsts.values()))
-                claimed = submissions.read(
+                claimed = submissions.claim(
                     keys, now, expires, {m: _bodies(items) for m, items in every.items()}
                 )
-                accept_for = lambda m: partial(submissions.accept, m)
-                store = partial(submissions.write, uow=uow)
+                accept_for = lambda m: partial(submissions.accept_submissions, m)
+                store = partial(submissions.save, uow=uow)
             else:
                 claimed = uow.idempotency.claim_many(keys, expires)
                 sla = rt.settings.deletion_sla_seconds
@@ -257,7 +246,7 @@ class DeletionIntake:
                 store = uow.idempotency.complete_many
             for model_id, items in _by_model([s for pair, s in firsts.items() if pair in claimed]).items():
                 answers.extend(_answers(items, accept_for(model_id)))
-            store([(s.scope, s.key, status, body) for s, status, body, _ in answers])
+            store([(s.scope, s.key, status, _stored(s, body)) for s, status, body, _ in answers])
             uow.commit()
         for item, status, body, error in answers:  # answered as soon as committed ...
             if error is not None:
@@ -268,6 +257,11 @@ class DeletionIntake:
             request_update(rt, model_id)  # ... while the update job is published
         answered = {id(s) for s, _, _, _ in answers}
         return [item for item in batch if id(item) not in answered]
+
+
+def _stored(item: _Submission, body: dict[str, Any]) -> dict[str, Any]:
+    """The answer as stored under the submission's key (no plain id: :func:`idempotency.at_rest`)."""
+    return dict(idempotency.at_rest(item.payload).json(body))
 
 
 def _by_model(items: list[_Submission]) -> dict[int, list[_Submission]]:
@@ -284,8 +278,8 @@ def _bodies(items: list[_Submission]) -> list[DeletionIn]:
 def _answers(
     items: list[_Submission], accept: Callable[[list[DeletionIn]], list[Any]]
 ) -> list[tuple[_Submission, int, dict[str, Any], ApiError | None]]:
-    """(submission, status, stored response body, error to raise) for each of one model's submissions:
-    one ``accept`` over all their requests, its results handed back to each in order."""
+    """(submission, status, stored body, error to raise) for each of one model's submissions, from one
+    ``accept`` over all their requests."""
     try:
         results = accept(_bodies(items))
     except ApiError as exc:  # about the model itself (unknown, failed): every submission gets it

@@ -15,8 +15,7 @@ from service.db.base import table, utcnow
 from service.db.tables import DeletionRequest, RequestEvent, RequestSubject
 from service.states import RequestState
 
-# The statements of a deletion's hot path, built once on the Core tables (service.db.base, "Statements
-# built once"): building an ORM statement per call costs about as much CPU as executing it.
+# built once on the Core tables (docs/decisions.md, "Statements built once")
 _requests = table(DeletionRequest).c
 _INSERT_REQUESTS = insert(table(DeletionRequest)).returning(_requests.id, sort_by_parameter_order=True)
 _INSERT_EVENTS = insert(table(RequestEvent))
@@ -43,8 +42,7 @@ def _in_states(lock: bool, limited: bool) -> Select[DeletionRequest]:
 
 @cache
 def _set_state(columns: tuple[str, ...]) -> Update:
-    """:meth:`DeletionRepository.set_state`'s UPDATE of ``columns``, built once per set of columns
-    (``b_``: an UPDATE reserves the columns' own names for its parameters)."""
+    """:meth:`DeletionRepository.set_state`'s UPDATE of ``columns`` (``b_``: UPDATE reserves column names)."""
     return (
         update(table(DeletionRequest))
         .where(_requests.id.in_(bindparam("ids", expanding=True)))
@@ -79,8 +77,7 @@ class DeletionRepository:
         return list(self.session.scalars(_INSERT_REQUESTS, rows))
 
     def set_state(self, request_ids: Sequence[int], **values: Any) -> None:
-        """One UPDATE for many requests (``state=...``, ``version_id=...``). Loaded request objects are not
-        refreshed: callers read the new values back with a query if they need them."""
+        """One UPDATE of ``columns`` for many requests; loaded request objects are not refreshed."""
         if request_ids:
             params = {f"b_{column}": value for column, value in values.items()}
             self.session.execute(
@@ -131,8 +128,7 @@ class DeletionRepository:
         self.add_events([(request_id, state, at, detail)])
 
     def add_events(self, events: Sequence[tuple[int, RequestState, datetime, str | None]]) -> None:
-        """(request id, state, at, detail) rows, inserted now and in this order (one executemany), so a
-        request's history reads back in the order its states were entered."""
+        """Insert (request id, state, at, detail) rows in this order (one executemany)."""
         if events:
             self.session.execute(
                 _INSERT_EVENTS,

@@ -11,7 +11,6 @@ from service import metrics
 from service.audit.service import requests_chain
 from service.db.base import utcnow
 from service.db.tables import DeletionRequest, Model
-from service.db.uow import UnitOfWork
 from service.deletions.schemas import (
     BulkItem,
     BulkOut,
@@ -30,6 +29,7 @@ from service.idempotency.service import Outcome
 from service.models.service import require_live
 from service.states import ModelState, RequestState
 from service.subjects import SubjectHasher
+from service.uow import UnitOfWork
 
 if TYPE_CHECKING:
     from service.jobs.state import BlobCache
@@ -37,11 +37,8 @@ if TYPE_CHECKING:
 _SHOWN = 5  # ids named in one error message
 
 _ACCEPTED_HISTORY = (RequestState.RECEIVED, RequestState.QUEUED)
-"""The history an accepted request starts with (both at acceptance)."""
-_FITTING = (ModelState.QUEUED, ModelState.TRAINING, ModelState.RETRAINING)
-"""Model states with a fit waiting or running: its ETA adds to the time a new request is expected to take."""
+_FITTING = (ModelState.QUEUED, ModelState.TRAINING, ModelState.RETRAINING)  # their ETA adds to expected_by
 CANCELABLE = (RequestState.QUEUED, RequestState.AWAITING_RETRAIN)
-"""The request states a client may cancel from: still waiting, no update has taken the request."""
 
 
 def bulk_report(results: list[DeletionAccepted | ApiError]) -> tuple[int, dict[str, Any]]:
@@ -58,21 +55,19 @@ def bulk_report(results: list[DeletionAccepted | ApiError]) -> tuple[int, dict[s
 
 
 FAN_OUT_STATUSES = (ModelState.QUEUED, ModelState.TRAINING, ModelState.READY, ModelState.RETRAINING)
-"""Models a dataset-wide deletion goes to: every model that holds the dataset's rows and takes deletions
-(a failed model takes none, and a deleted one holds nothing)."""
+"""Model states a dataset-wide deletion goes to."""
 
 
 def fan_out_models(uow: UnitOfWork, dataset_id: int) -> list[int]:
-    """The models a deletion on ``dataset_id`` goes to (none: the dataset erases the rows itself,
-    :mod:`service.datasets.erasure`); 404 for an unknown dataset."""
+    """The models a deletion on ``dataset_id`` goes to; 404 for an unknown dataset."""
     if uow.datasets.get(dataset_id) is None:
         raise NotFound(f"dataset {dataset_id} does not exist")
     return uow.models.on_dataset(dataset_id, FAN_OUT_STATUSES)
 
 
 def as_outcome(answer: Outcome | BaseException) -> Outcome:
-    """One model's answer to a dataset-wide deletion: its outcome, or the error it refused with (the
-    Idempotency-Key reused with another body, a key in flight); anything else is not the caller's fault."""
+    """One model's answer to a dataset-wide deletion: the outcome, or an ApiError as an outcome; any
+    other exception is raised."""
     if isinstance(answer, ApiError):
         return Outcome(answer.status, answer.body(), replayed=False)
     if isinstance(answer, BaseException):
@@ -84,9 +79,8 @@ KEY_MISUSE = ("idempotency_key_reused", "idempotency_key_in_flight")
 
 
 def key_misuse(outcomes: list[Outcome]) -> Outcome | None:
-    """The answer of a dataset-wide deletion that every model refused for its Idempotency-Key (used before
-    with another body, or its first request still in flight): that refusal, the draft's 422 or 409 for the
-    request as a whole, not a 207 reporting the same key error once per model. None otherwise."""
+    """If every model refused the Idempotency-Key (reused: 422, in flight: 409), that refusal (422 first)
+    as the whole answer instead of a 207; else None."""
     refused = [
         o for o in outcomes if o.status != 202 and (o.body.get("error") or {}).get("code") in KEY_MISUSE
     ]
@@ -118,8 +112,7 @@ def accept_many(
     bodies: list[DeletionIn],
     sla_seconds: float,
 ) -> list[DeletionAccepted | ApiError]:
-    """Graph items and request kinds checked first (:mod:`service.graphs`), then :func:`submit_many` on the
-    requests that passed; results in request order."""
+    """:func:`check_submissions`, then :func:`submit_many` on the requests that passed; results in order."""
     return submit_checked(
         check_submissions(uow, cache, hasher, model_id, bodies),
         bodies,
@@ -130,13 +123,9 @@ def accept_many(
 def submit_many(
     uow: UnitOfWork, hasher: SubjectHasher, model_id: int, bodies: list[DeletionIn], sla_seconds: float
 ) -> list[DeletionAccepted | ApiError]:
-    """Validate each request against the model's remaining training set and queue the valid ones.
-
-    Unknown ids are a 422 and ids forgotten earlier a 409, both now, so a request that is accepted can
-    only fail for reasons outside the caller's control. Each item is accepted or rejected on its own;
-    the lookups and inserts are shared, so a thousand requests cost about as many statements as one.
-    The caller commits, then calls :func:`service.jobs.updates.request_update`. (On Postgres the intake
-    runs the same plan through pipelined statements: :mod:`service.deletions.postgres_intake`.)
+    """Validate each request against the model's remaining training set and queue the valid ones; per
+    request, the DeletionAccepted or the error (422 unknown ids, 409 forgotten ids). Raises for the model
+    itself (404, 410, 409). The caller commits, then calls :func:`service.jobs.drain.request_update`.
     """
     model = uow.models.get(model_id)
     check_accepting(model, model_id)
@@ -156,7 +145,7 @@ def submit_many(
     ids = uow.deletions.insert_many(plan.rows())
     uow.deletions.add_subjects(plan.subjects(ids))
     uow.deletions.add_events(plan.history(ids))
-    # Last: the chain head stays locked until the commit, so take it as late as possible.
+    # last: the chain head stays locked until the commit
     uow.audit.append_many(requests_chain(model_id), plan.events(ids))
     metrics.DELETIONS_RECEIVED.inc(len(plan.accepted))
     return plan.results(ids)
@@ -182,8 +171,8 @@ def named_subjects(bodies: Sequence[DeletionIn]) -> tuple[list[str], list[str]]:
 
 @dataclass
 class SubmissionPlan:
-    """What accepting a set of requests writes: the accepted requests' rows and subject hashes, and each
-    request's answer (an error, or None for an accepted one until its row has an id)."""
+    """What accepting requests writes: accepted rows with their subject hashes, and each request's
+    outcome (an error, or None for accepted)."""
 
     model_id: int
     now: datetime
@@ -239,9 +228,8 @@ def plan_submissions(
     erased_among: Callable[[list[str]], dict[str, int | None]],
     sla_seconds: float,
 ) -> SubmissionPlan:
-    """Each request checked against the model's remaining samples (``owner_samples``: owner -> samples,
-    ``sample_owner``: sample -> owner, for the named subjects still there); ``erased_among`` is asked
-    only when some named id is missing, to tell a 409 (forgotten) from a 422 (never there)."""
+    """Check each request against the named subjects still there (``owner_samples``: owner -> samples,
+    ``sample_owner``: sample -> owner); ``erased_among`` is called only if some id is missing."""
     items = [(list(dict.fromkeys(b.owner_ids)), list(dict.fromkeys(b.sample_ids))) for b in bodies]
     missing = [
         ([o for o in owners if o not in owner_samples], [s for s in samples if s not in sample_owner])
@@ -283,9 +271,8 @@ def plan_submissions(
 def missing_subjects_error(
     hasher: SubjectHasher, owners: list[str], samples: list[str], erased: Mapping[str, str], holder: str
 ) -> ApiError:
-    """The answer to ids ``holder`` (a model's training set, a dataset) does not hold: 422 naming those it
-    never held; 409 when every one was forgotten earlier. ``erased``: subject hash -> how it was
-    forgotten, a phrase for the message (" by request 7"; empty when unknown)."""
+    """The error for ids ``holder`` does not hold: 422 naming those never held; 409 if all were forgotten.
+    ``erased``: subject hash -> message suffix (" by request 7", or "")."""
     hashed = {hasher.owner(o): ("owner", o) for o in owners} | {
         hasher.sample(s): ("sample id", s) for s in samples
     }

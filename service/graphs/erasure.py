@@ -1,9 +1,5 @@
-"""The remaining graph after an update, a retrain or an erasure from the source dataset.
-
-A graph is rewritten whole (one blob) after each update: the old blob loses its reference and becomes
-the version's garbage like any replaced table bucket, so the erased nodes, edges and features are gone
-from the artifact store once the request completes.
-"""
+"""The remaining graph after an update, a retrain or an erasure from the source dataset, rewritten
+whole as one blob (the old blob becomes the version's garbage)."""
 
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ if TYPE_CHECKING:
 def forget_graph(
     artifacts: ArtifactStore, cache: BlobCache, manifest: Mapping[str, Any], request: ForgetRequest | None
 ) -> tuple[dict[str, Any], int]:
-    """The model's remaining graph after ``request`` (exactly what the method forgot), written; returns
-    its manifest and the new training-set size."""
+    """Write the model's graph after ``request``; returns (manifest, new training-set size)."""
     if request is None:
         raise RuntimeError("a graph update needs the batch's ForgetRequest to rewrite the remaining graph")
     after = cache.dataset(manifest).after_request(request)
@@ -43,19 +38,15 @@ def retrain_graph(
 
 
 def departed(cache: BlobCache, before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, str]:
-    """Subjects (sample id -> owner id) of graph ``before`` that graph ``after`` no longer holds.
-
-    Beyond what the requests named: a collection graph whose every node was named leaves the collection
-    as a whole, and must be erased as a sample too (its ``samples`` row and a tombstone), so no later
-    request can name it."""
+    """Subjects (sample id -> owner id) of graph ``before`` that graph ``after`` no longer holds,
+    including those not named (a collection graph all of whose nodes were named)."""
     old_ids, old_owners = subjects_of(cache.dataset(before))
     kept = set(subjects_of(cache.dataset(after))[0])
     return {sid: owner for sid, owner in zip(old_ids, old_owners) if sid not in kept}
 
 
 def after_present(graph: AnyGraph, request: ForgetRequest) -> AnyGraph:
-    """``graph.after_request`` restricted to the items still in ``graph`` (an item another model already
-    erased from a shared dataset is skipped rather than an error)."""
+    """``graph.after_request`` restricted to the items still in ``graph`` (absent items are skipped)."""
     present = present_items(graph, request)
     return graph.after_request(present) if present.kinds() else graph
 
@@ -125,9 +116,8 @@ def graph_after_erasure(
     old_training: Mapping[str, Any] | None,
     new_training: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The manifest of a source dataset's graph once it lost the items of ``request`` (``old`` itself when
-    nothing changes). When the dataset and the model held the same blob (the usual case) the dataset takes
-    the model's new graph: nothing is written twice."""
+    """The source dataset's graph manifest without ``request``'s items (``old`` if unchanged); a dataset
+    sharing the model's old blob takes the model's new graph."""
     if old_training is not None and new_training is not None and old["buckets"] == old_training["buckets"]:
         arrays = dict(new_training)
     elif request is not None and request.kinds():

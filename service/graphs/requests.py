@@ -1,16 +1,10 @@
-"""Graph deletion requests: what a request names beyond owners and samples, checked when it is
-submitted and carried through the batch into ``method.forget``.
+"""Graph deletion requests: items beyond owners and samples, checked at submission and carried
+through the batch into ``method.forget``.
 
-Kinds (:class:`~unlearning.methods.protocol.ForgetRequest`): ``edges`` ([u, v] node-id pairs),
-``node_feature_ids`` (a node's features and label; its edges stay), ``graph_ids`` (whole graphs of a
-collection) and ``graph_nodes`` ([graph id, node id] pairs). Owners and sample ids keep their meaning: a
-sample of a node graph is a node (any live node), of a collection a graph.
-
-Every forgotten item leaves a keyed-hash tombstone (``erased_subjects``, the ``sample`` hash domain) under
-the key the method reports it by: the node id, :func:`~unlearning.data.graphs.requests.edge_key` for an edge, the
-graph id, :func:`~unlearning.data.graphs.requests.graph_node_key` for a node inside a graph. A request naming an
-item that is no longer in the graph answers 409 when such a tombstone exists and 422 otherwise, the same
-rule as for owners and samples.
+Kinds: ``edges`` ([u, v]), ``node_feature_ids`` (features and label; edges stay), ``graph_ids`` and
+``graph_nodes`` ([graph id, node id]). Each forgotten item leaves a ``sample``-domain tombstone under the
+key the method reports it by (node id, ``edge_key``, graph id, ``graph_node_key``); naming a missing
+item answers 409 if it has a tombstone, else 422.
 """
 
 from __future__ import annotations
@@ -30,9 +24,9 @@ from unlearning.methods.registry import get_method
 
 if TYPE_CHECKING:
     from service.db.tables import Model
-    from service.db.uow import UnitOfWork
     from service.jobs.state import BlobCache
     from service.subjects import SubjectHasher
+    from service.uow import UnitOfWork
 
 GRAPH_FIELDS = ("edges", "node_feature_ids", "graph_ids", "graph_nodes")
 
@@ -59,8 +53,8 @@ def _pairs(pairs: Sequence[Sequence[str]], *, undirected: bool) -> list[list[str
 
 
 def graph_subjects(body: DeletionBody) -> dict[str, Any]:
-    """The graph items of a request as stored in ``deletion_requests.subjects`` (deduplicated; edges with
-    the smaller id first); only the kinds it names, so a table request's subjects are unchanged."""
+    """The request's graph items as stored in ``deletion_requests.subjects``: deduplicated, edges
+    sorted, only the kinds it names."""
     out: dict[str, Any] = {}
     if body.edges:
         out["edges"] = _pairs(body.edges, undirected=True)
@@ -104,9 +98,8 @@ def has_graph_items(body: DeletionBody) -> bool:
 def check_submissions(
     uow: UnitOfWork, cache: BlobCache, hasher: SubjectHasher, model_id: int, bodies: Sequence[DeletionBody]
 ) -> list[ApiError | None]:
-    """Per request: None, or the error it answers with. Kinds the model's method does not forget are a 422
-    naming what it forgets; graph items are checked against the model's remaining graph. Owners and sample
-    ids are left to :func:`service.deletions.service.submit_many` (as for tables)."""
+    """Per request: None, or the error it answers with (422 for kinds the method does not forget; graph
+    items checked against the remaining graph). Owners and sample ids are checked elsewhere."""
     if not any(has_graph_items(b) for b in bodies):
         return [None] * len(bodies)  # owners and samples only: every method forgets those (no extra query)
     model = uow.models.get(model_id)
@@ -215,8 +208,12 @@ def _check_collection(collection: GraphCollection, body: DeletionBody, erased: E
     if missing:
         gone = erased(missing)
         unknown = [g for g in missing if g not in gone]
-        if unknown:
-            collection.index_of(unknown[:1])  # raises the library's "out of range" message (422)
+        if unknown:  # not the library's message: it names the collection's first and last graph ids
+            return Unprocessable(
+                f"graph id {unknown[0]!r} is not in collection {collection.name!r} (out of range: it holds "
+                f"{len(collection.graphs)} graphs)",
+                code="unknown_subject",
+            )
         return _missing(missing, erased, f"collection {collection.name!r}")
     absent: dict[str, str] = {}
     for g, n in pairs:
@@ -263,21 +260,13 @@ class PlanLike(Protocol):
 
 
 def plan_graph_items(uow: UnitOfWork, model_id: int, plans: Sequence[PlanLike], covered: set[str]) -> None:
-    """Add each request's graph items to its plan, skipping what the batch already forgets (``covered``:
-    the sample ids the plans forget as samples or through owners). Each item enters the plan's
-    ``samples`` under the id the method reports it by, so the budget check, the tombstones and the request
-    attribution treat it like a sample."""
+    """Add each request's graph items to its plan, skipping those already forgotten by the batch
+    (``covered``: sample ids; updated). Each item enters ``plan.samples`` under its reported key."""
     named = [(p, p.request.subjects or {}) for p in plans]
     if not any(s.get(f) for _, s in named for f in GRAPH_FIELDS):
         return
-    owner_of = uow.models.owners_of(
-        model_id,
-        list(
-            dict.fromkeys(
-                x for _, s in named for k in ("node_feature_ids", "graph_ids") for x in s.get(k, [])
-            )
-        ),
-    )
+    ids = (x for _, s in named for k in ("node_feature_ids", "graph_ids") for x in s.get(k, []))
+    owner_of = uow.models.owners_of(model_id, list(dict.fromkeys(ids)))
     seen: set[str] = set()
     for plan, subjects in named:
         items = plan.graph
@@ -288,9 +277,7 @@ def plan_graph_items(uow: UnitOfWork, model_id: int, plans: Sequence[PlanLike], 
                 items.edges.append((u, v))
                 _attribute(plan, key, "")
         for n in subjects.get("node_feature_ids", []):
-            if (
-                n in owner_of and n not in covered and n not in seen
-            ):  # a node deleted whole loses its features
+            if n in owner_of and n not in covered and n not in seen:  # a node deleted whole loses its features
                 seen.add(n)
                 items.node_features.append(n)
                 _attribute(plan, n, owner_of[n])
@@ -313,8 +300,7 @@ def _attribute(plan: PlanLike, key: str, owner: str) -> None:
 
 
 def with_graph_items(request: ForgetRequest, items: Sequence[GraphItems]) -> ForgetRequest:
-    """``request`` (owners and samples) plus the batch's graph items; samples that entered the batch only
-    as graph items are not node or graph deletions and leave ``sample_ids``."""
+    """``request`` plus the batch's graph items; keys that entered only as graph items leave ``sample_ids``."""
     if not any(i.keys for i in items):
         return request
     keys = {k for i in items for k in i.keys}

@@ -1,16 +1,9 @@
 """One graph as one content-addressed blob, and the manifest that names it.
 
-The blob is a safetensors file: every numeric array of :func:`~unlearning.data.graphs.codecs.node_graph_to_arrays`
-/ :func:`~unlearning.data.graphs.codecs.collection_to_arrays` as a tensor, and the string arrays (node, owner and graph ids, the
-name, the format tag) as JSON in the header's metadata. Never pickle.
-
-What was erased is not kept under its name: a deleted node stays in a node graph as an isolated tombstone
-(node indices never shift) but its id and owner id are replaced by ``~erased:<index>``, and a collection
-keeps no list of removed graph ids. "Already forgotten" answers come from the keyed-hash tombstones in
-Postgres instead (:mod:`service.graphs.requests`).
-
-The manifest (``datasets.arrays``, ``models.training``) keeps the shape of a bucket manifest, so the
-artifact references and audit digests work unchanged, plus ``kind`` so table code can tell it apart::
+The blob is safetensors: numeric arrays of :mod:`unlearning.data.graphs.codecs` as tensors, string
+arrays as JSON metadata. Erased ids are not stored: a deleted node keeps its index with id and owner
+``~erased:<index>``; a collection keeps no removed graph ids. The manifest has a bucket manifest's
+shape plus ``kind``::
 
     {"kind": "node_graph", "buckets": {"graph": "<sha256>"}, "name": "cora", "num_classes": 7,
      "num_samples": 2708, "num_train": 1208, "num_nodes": 2708, "num_edges": 5278, "num_graphs": null}
@@ -69,8 +62,7 @@ def kind_of_data(data: Any) -> str:
 
 
 def _anonymised(graph: AnyGraph) -> dict[str, np.ndarray]:
-    """The graph's arrays (:mod:`unlearning.data.graphs.codecs`) with the ids of erased nodes replaced and
-    removed graph ids dropped."""
+    """The graph's arrays with erased nodes' ids replaced and removed graph ids dropped."""
     if isinstance(graph, NodeGraph):
         arrays = node_graph_to_arrays(graph)
         gone = np.flatnonzero(arrays["deleted"])
@@ -118,9 +110,8 @@ def decode_graph(blob: bytes) -> AnyGraph:
 
 
 def subjects_of(data: Dataset | AnyGraph) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(sample ids, owner ids) a model's ``samples`` rows hold: a table's rows, a node graph's live nodes
-    (any node can be named for deletion, training node or not: propagation carries every node's features
-    into the model), a collection's graphs."""
+    """(sample ids, owner ids) for a model's ``samples`` rows: a table's rows, a node graph's live nodes
+    (training or not: propagation reaches all), a collection's graphs."""
     if isinstance(data, NodeGraph):
         live = np.flatnonzero(~data.deleted).tolist()
         return tuple(data.node_ids[i] for i in live), tuple(data.owner_ids[i] for i in live)

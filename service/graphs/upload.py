@@ -2,17 +2,11 @@
 
 Formats (``POST /v1/datasets?format=...``; detected from the file name or content type otherwise):
 
-* ``json`` (``.json``, ``.json.gz``): one node-classification graph in the JSON format of
-  :mod:`unlearning.data.graphs.codecs` (``"format": "lethe.node_graph.v1"``);
-* ``npz`` (``.npz``): a table, or a graph when the archive's ``format`` entry says
-  ``lethe.node_graph.v1`` / ``lethe.graph_collection.v1``
-  (:func:`~unlearning.data.graphs.codecs.save_npz`); read with ``allow_pickle=False``;
-* ``tu`` (named explicitly: ``format=tu``; plain or gzip): a graph collection in the text format of
-  IMDB-BINARY and PROTEINS.
-
-Raw bodies keep the table upload's content types (JSON and plain-text bodies are refused with 415 as
-before): send a graph as multipart (``file=@graph.json``) or as ``application/octet-stream`` with
-``format``.
+* ``json`` (``.json``, ``.json.gz``): one node graph (``"format": "lethe.node_graph.v1"``);
+* ``npz``: a graph when its ``format`` entry is ``lethe.node_graph.v1`` / ``lethe.graph_collection.v1``
+  (read with ``allow_pickle=False``), else a table;
+* ``tu`` (``format=tu``; plain or gzip): a collection in the IMDB-BINARY / PROTEINS text format.
+Raw JSON and plain-text bodies are refused (415): send multipart or ``application/octet-stream``.
 """
 
 from __future__ import annotations
@@ -21,18 +15,19 @@ import dataclasses
 import io
 import json
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from service.datasets.service import _gunzip_capped, add_dataset_row, check_npz_size, id_problem
-from service.db.tables import ID_LENGTH
+from service.datasets.service import add_dataset_row, id_problem, too_large, usable_id
 from service.db.tables import Dataset as DatasetRow
-from service.db.uow import UnitOfWork
 from service.errors import NotFound, Unprocessable, UnsupportedMediaType
-from service.graphs.storage import ERASED_PREFIX, AnyGraph, subjects_of, write_graph
+from service.graphs.storage import AnyGraph, write_graph
 from service.storage.artifacts import ArtifactStore
+from service.uow import UnitOfWork
+from unlearning.data.files import open_decompressed
 from unlearning.data.graphs.codecs import (
     COLLECTION_FORMAT,
     NODE_GRAPH_FORMAT,
@@ -43,7 +38,10 @@ from unlearning.data.graphs.codecs import (
 from unlearning.data.graphs.collection import GraphCollection
 from unlearning.data.graphs.node_graph import NodeGraph
 from unlearning.data.graphs.planetoid import load_cora
-from unlearning.data.graphs.tu import load_imdb_binary, load_proteins, load_tu_text
+from unlearning.data.graphs.tu import load_imdb_binary, load_proteins, tu_from_text
+from unlearning.data.ids import shown_id
+from unlearning.data.limits import SMALL_TABLE_CLASSES, ReadLimits, TooLargeError, class_limit
+from unlearning.data.npz_table import check_npz
 from unlearning.errors import UnlearningError
 
 GRAPH_FORMATS = ("json", "tu")
@@ -56,9 +54,8 @@ _TU_HINT = (
 
 
 def detect(explicit: str | None, filename: str | None) -> str | None:
-    """The graph format named by the ``format`` parameter or the file name (``.json``, ``.json.gz``); None
-    when the upload is not a graph by name (an NPZ is told apart by its contents, :func:`is_graph_npz`; a
-    TU text file needs ``format=tu``)."""
+    """The graph format from the ``format`` parameter or the file name (``.json``, ``.json.gz``); None
+    otherwise (NPZ: :func:`is_graph_npz`)."""
     if explicit:
         return explicit if explicit in GRAPH_FORMATS else None
     suffixes = [s.lower() for s in Path(filename).suffixes] if filename else []
@@ -79,54 +76,54 @@ def is_graph_npz(path: Path) -> bool:
     return str(value) in (NODE_GRAPH_FORMAT, COLLECTION_FORMAT)
 
 
-def _maybe_gunzip(path: Path, limit: int) -> Path:
-    with path.open("rb") as fh:
-        head = fh.read(2)
-    return _gunzip_capped(path, limit) if head == b"\x1f\x8b" else path
-
-
-def _read_text(path: Path, filename: str) -> str:
+def _text(path: Path, filename: str, limits: ReadLimits, hint: str = "") -> str:
+    """The file's UTF-8 text, decompressed on the fly when it is gzip: past ``limits.max_bytes`` the read
+    stops with a 413 (nothing is written to disk). The graph parsers need the whole text, which is
+    therefore held in memory, bounded by that limit."""
     try:
-        return path.read_text(encoding="utf-8")
+        with open_decompressed(path, ReadLimits(max_bytes=limits.max_bytes)) as stream:
+            data = stream.read()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise Unprocessable(
+            f"{filename}: the file is not a readable gzip file: {exc}", code="invalid_dataset"
+        ) from exc
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Unprocessable(
-            f"{filename}: the file is not UTF-8 text ({exc})", code="invalid_dataset"
+            f"{filename}: the file is not UTF-8 text ({exc}){hint}", code="invalid_dataset"
         ) from exc
 
 
-def parse(path: Path, fmt: str, filename: str, name: str | None, max_decompressed: int) -> AnyGraph:
-    """Read a graph upload into a validated NodeGraph or GraphCollection."""
+def parse(path: Path, fmt: str, filename: str, name: str | None, limits: ReadLimits) -> AnyGraph:
+    """Read a graph upload into a validated NodeGraph or GraphCollection, its ids in NFC
+    (:func:`normalized_ids`) and its class count bounded by its samples (nodes or graphs)."""
     shown = name or Path(filename).name.split(".")[0] or "graph"
     try:
         if fmt == "json":
-            graph: AnyGraph = _parse_json(
-                _read_text(_maybe_gunzip(path, max_decompressed), filename), filename
-            )
+            graph: AnyGraph = _parse_json(_text(path, filename, limits), filename)
             if name:
                 graph = dataclasses.replace(graph, name=name)
         elif fmt == "tu":
-            source = _maybe_gunzip(path, max_decompressed)
+            text = _text(path, filename, limits, f"; {_TU_HINT}")
             try:
-                graph = load_tu_text(source, shown)
+                graph = tu_from_text(text, shown)
             except UnlearningError as exc:
-                raise Unprocessable(
-                    f"{filename}: {str(exc).replace(str(source), filename)}; {_TU_HINT}",
-                    code="invalid_dataset",
-                ) from exc
-            except UnicodeDecodeError as exc:
-                raise Unprocessable(
-                    f"{filename}: the file is not text ({exc}); {_TU_HINT}", code="invalid_dataset"
-                ) from exc
+                raise Unprocessable(f"{filename}: {exc}; {_TU_HINT}", code="invalid_dataset") from exc
         elif fmt == "npz":
-            graph = _parse_npz(path, filename, max_decompressed)
+            graph = _parse_npz(path, filename, limits)
             if name:
                 graph = dataclasses.replace(graph, name=name)
         else:
             raise UnsupportedMediaType(f"format {fmt!r} is not a graph format: use json, npz or tu")
+    except TooLargeError as exc:
+        raise too_large(exc, str(path), filename) from exc
     except UnlearningError as exc:
-        raise Unprocessable(f"{filename}: {exc}", code="invalid_dataset") from exc
-    check_ids(graph, filename)
-    return graph
+        message = str(exc)
+        message = message.replace(str(path), filename) if str(path) in message else f"{filename}: {message}"
+        raise Unprocessable(message, code="invalid_dataset") from exc
+    _check_class_count(graph, filename)
+    return normalized_ids(graph, filename)
 
 
 def _parse_json(text: str, filename: str) -> NodeGraph:
@@ -146,8 +143,8 @@ def _parse_json(text: str, filename: str) -> NodeGraph:
     return node_graph_from_json(obj)
 
 
-def _parse_npz(path: Path, filename: str, limit: int) -> AnyGraph:
-    check_npz_size(path, limit)
+def _parse_npz(path: Path, filename: str, limits: ReadLimits) -> AnyGraph:
+    check_npz(path, ReadLimits(max_bytes=limits.max_bytes))  # every header, before any array is allocated
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
@@ -164,25 +161,60 @@ def _bad_id(value: str) -> bool:
     return id_problem(value) is not None  # the rule table uploads follow too
 
 
-def check_ids(graph: AnyGraph, filename: str) -> None:
-    """Node, graph and owner ids become keys of deletion requests: printable, at most ID_LENGTH characters,
-    and not the reserved prefix of erased tombstones."""
-    if isinstance(graph, NodeGraph):
-        named = [("node id", s) for s in subjects_of(graph)[0]] + [
-            ("owner id", s) for s in subjects_of(graph)[1]
-        ]
-    else:
-        named = [("graph id", g.graph_id) for g in graph.graphs] + [
-            ("owner id", g.owner_id) for g in graph.graphs
-        ]
-        named += [("node id", n) for g in graph.graphs for n in g.node_ids]
-    for what, value in named:
-        if _bad_id(value):
-            raise Unprocessable(
-                f"{filename}: {what} {value[:80]!r} is not usable: ids are 1 to {ID_LENGTH} printable characters "
-                f"and may not start with {ERASED_PREFIX!r}",
-                code="invalid_dataset",
-            )
+def _check_class_count(graph: AnyGraph, filename: str) -> None:
+    """At most :func:`class_limit` of the samples (nodes, or graphs) classes, as for tables."""
+    samples = graph.num_nodes if isinstance(graph, NodeGraph) else len(graph.graphs)
+    if graph.num_classes > class_limit(samples):
+        raise Unprocessable(
+            f"{filename}: num_classes is {graph.num_classes:,} for {samples:,} "
+            f"{'nodes' if isinstance(graph, NodeGraph) else 'graphs'}: a dataset has at most as many classes "
+            f"as samples (at least {SMALL_TABLE_CLASSES:,}), {class_limit(samples):,} here: number the "
+            "classes 0 to k-1",
+            code="invalid_dataset",
+        )
+
+
+def _usable(what: str, value: str, filename: str) -> str:
+    normalized, problem = usable_id(value)
+    if problem is not None:
+        raise Unprocessable(
+            f"{filename}: {what} {shown_id(value)} is not usable: {problem}. Deletion requests name subjects "
+            "by these ids: fix them in the file",
+            code="invalid_dataset",
+        )
+    return normalized
+
+
+def normalized_ids(graph: AnyGraph, filename: str) -> AnyGraph:
+    """The graph with its node, graph and owner ids in Unicode NFC, the form deletions name them by; a 422
+    naming the first unusable id (:func:`service.datasets.service.usable_id`, the rule of table uploads),
+    or ids that are one id once normalised."""
+    try:
+        if isinstance(graph, NodeGraph):
+            nodes = tuple(_usable("node id", v, filename) for v in graph.node_ids)
+            owners = tuple(_usable("owner id", v, filename) for v in graph.owner_ids)
+            if nodes == graph.node_ids and owners == graph.owner_ids:
+                return graph
+            return dataclasses.replace(graph, node_ids=nodes, owner_ids=owners)
+        graphs = tuple(_normalized_graph(g, filename) for g in graph.graphs)
+        if all(new is old for new, old in zip(graphs, graph.graphs)):
+            return graph
+        return dataclasses.replace(graph, graphs=graphs)
+    except UnlearningError as exc:
+        raise Unprocessable(
+            f"{filename}: {exc} (ids are compared in Unicode NFC, so two ids that differ only in their "
+            "normalisation are one id)",
+            code="invalid_dataset",
+        ) from exc
+
+
+def _normalized_graph(g: Any, filename: str) -> Any:
+    graph_id = _usable("graph id", g.graph_id, filename)
+    owner = _usable("owner id", g.owner_id, filename)
+    nodes = tuple(_usable("node id", n, filename) for n in g.node_ids)
+    if (graph_id, owner, nodes) == (g.graph_id, g.owner_id, g.node_ids):
+        return g
+    return dataclasses.replace(g, graph_id=graph_id, owner_id=owner, node_ids=nodes)
 
 
 # -- bundled ---------------------------------------------------------------------------------------
@@ -233,8 +265,7 @@ def _grouped_graphs(collection: GraphCollection, per_owner: int) -> GraphCollect
 def store(
     uow: UnitOfWork, artifacts: ArtifactStore, graph: AnyGraph, *, source: str, fmt: str, name: str
 ) -> DatasetRow:
-    """Write the graph blob and the dataset row (the caller commits); the graph counterpart of
-    :func:`service.datasets.service.store`."""
+    """Write the graph blob and the dataset row; the caller commits."""
     arrays = write_graph(artifacts, graph)
     return add_dataset_row(
         uow,

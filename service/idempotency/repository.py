@@ -1,23 +1,49 @@
-"""SQL for idempotency keys."""
+"""SQL for idempotency keys: the one place keys are claimed and answers stored. The unit of work's
+repository (:class:`IdempotencyRepository`) and the deletion intake's pipelined submissions
+(service.deletions.submission_repository) run the same two statements, :func:`claim_keys` and
+:func:`store_answers`, on the transaction's psycopg connection."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, delete, update
+from psycopg import Connection, Cursor
+from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from service.db.base import table, utcnow
+from service.db.base import utcnow
+from service.db.postgres import array_columns, jsonb_element
 from service.db.tables import IdempotencyKey
-from service.db.upsert import insert_ignore
 
-_keys = table(IdempotencyKey).c
-_COMPLETE = (
-    update(table(IdempotencyKey))
-    .where(_keys.scope == bindparam("b_scope"), _keys.key == bindparam("b_key"))
-    .values(status="done", response_status=bindparam("b_status"), response_body=bindparam("b_body"))
-)
+_CLAIM = """
+INSERT INTO idempotency_keys (scope, key, fingerprint, status, created_at, expires_at)
+SELECT t.scope, t.key, t.fingerprint, 'in_flight', %s, %s
+FROM unnest(%s::varchar[], %s::varchar[], %s::varchar[]) AS t(scope, key, fingerprint)
+ON CONFLICT DO NOTHING
+RETURNING scope, key
+"""
+_STORE = """
+UPDATE idempotency_keys SET status = 'done', response_status = t.status, response_body = t.body
+FROM unnest(%s::varchar[], %s::varchar[], %s::int[], %s::jsonb[]) AS t(scope, key, status, body)
+WHERE idempotency_keys.scope = t.scope AND idempotency_keys.key = t.key
+"""
+
+
+def claim_keys(
+    conn: Connection[Any], keys: Sequence[tuple[str, str, str]], created_at: datetime, expires_at: datetime
+) -> Cursor[Any]:
+    """Insert ``(scope, key, fingerprint)`` rows as in flight (in a pipeline or not); the cursor's rows are
+    the (scope, key) pairs inserted (a key that exists is left as it is)."""
+    return conn.execute(_CLAIM, (created_at, expires_at, *array_columns(keys)))
+
+
+def store_answers(conn: Connection[Any], answers: Sequence[tuple[str, str, int, dict[str, Any]]]) -> None:
+    """Mark keys done with their answers ``(scope, key, status, body)``."""
+    if answers:
+        rows = [(scope, key, status, jsonb_element(body)) for scope, key, status, body in answers]
+        conn.execute(_STORE, array_columns(rows))
 
 
 class IdempotencyRepository:
@@ -29,26 +55,11 @@ class IdempotencyRepository:
         return bool(self.claim_many([(scope, key, fingerprint)], expires_at))
 
     def claim_many(self, keys: list[tuple[str, str, str]], expires_at: datetime) -> set[tuple[str, str]]:
-        """Insert ``(scope, key, fingerprint)`` rows as in flight in one statement; returns the (scope, key)
-        pairs inserted (a key that already exists is left as it is)."""
+        """Insert ``(scope, key, fingerprint)`` rows as in flight; returns the (scope, key) pairs inserted."""
         if not keys:
             return set()
-        now = utcnow()
-        rows = [
-            {
-                "scope": scope,
-                "key": key,
-                "fingerprint": digest,
-                "status": "in_flight",
-                "created_at": now,
-                "expires_at": expires_at,
-            }
-            for scope, key, digest in keys
-        ]
-        inserted = insert_ignore(
-            self.session, IdempotencyKey, rows, returning=(IdempotencyKey.scope, IdempotencyKey.key)
-        )
-        return {(scope, key) for scope, key in inserted}
+        claimed = claim_keys(self._connection(), keys, utcnow(), expires_at)
+        return {(scope, key) for scope, key in claimed.fetchall()}
 
     def get(self, scope: str, key: str) -> IdempotencyKey | None:
         return self.session.get(IdempotencyKey, (scope, key), populate_existing=True)
@@ -57,16 +68,13 @@ class IdempotencyRepository:
         self.complete_many([(scope, key, status, body)])
 
     def complete_many(self, answers: list[tuple[str, str, int, dict[str, Any]]]) -> None:
-        """:meth:`complete` for many ``(scope, key, status, body)`` at once (one executemany of a Core
-        UPDATE: the ORM's bulk update by primary key costs more than the statement itself)."""
-        if answers:
-            self.session.execute(
-                _COMPLETE,
-                [
-                    {"b_scope": scope, "b_key": key, "b_status": status, "b_body": body}
-                    for scope, key, status, body in answers
-                ],
-            )
+        """:meth:`complete` for many ``(scope, key, status, body)`` (one statement)."""
+        store_answers(self._connection(), answers)
+
+    def _connection(self) -> Connection[Any]:
+        """The psycopg connection under the session's transaction (what the session holds is flushed)."""
+        self.session.flush()
+        return cast(Connection[Any], self.session.connection().connection.driver_connection)
 
     def release(self, scope: str, key: str) -> None:
         self.session.execute(

@@ -1,32 +1,31 @@
 """Idempotency-Key, following the IETF draft (draft-ietf-httpapi-idempotency-key-header):
 
 - no key on a POST that requires one: 400;
-- a key seen before with the same body: the original response (status and body), replayed;
+- a key seen before with the same body: the original response (status and body), replayed; an answer is
+  stored with every id the request names replaced, where a message quotes it, by its position in the
+  request (``owner_ids[3]``: :func:`at_rest`), so no subject is kept in plain beside the data;
 - a key seen before with a different body: 422;
 - a key whose first request is still being processed: 409.
 
-The key is claimed in its own committed transaction (so a concurrent duplicate sees it at once), and
-the response is stored in the same transaction as the work it describes: either both exist or neither.
-An unexpected error releases the key so the client can retry.
+The key is claimed in its own committed transaction; the response is stored in the transaction of the
+work it describes. An unexpected error releases the key.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from service.db.base import utcnow
-from service.db.uow import UnitOfWork
 from service.errors import ApiError, BadRequest, Conflict, Unprocessable
-from service.subjects import SubjectHasher
+from service.subjects import Redactor, SubjectHasher, request_positions
+from service.uow import UnitOfWork
 
-# A key is printable ASCII without surrounding spaces, sent bare (``abc``, as most clients do) or as the
-# draft's Structured Field string (``"abc"``, RFC 8941 section 3.3.3: ``\"`` and ``\\`` escaped): both
-# name the same key, its unquoted text.
+# printable ASCII without surrounding spaces, bare or as an RFC 8941 string ("abc"), naming the same key
 _BARE_KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
 _SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
 _SF_ESCAPE = re.compile(r'\\(["\\])')
@@ -55,9 +54,7 @@ def check_key(key: str | None) -> str:
         )
     quoted = _SF_STRING.fullmatch(key)
     value = _SF_ESCAPE.sub(r"\1", quoted.group(1)) if quoted else key
-    # A text that begins with a quote is refused, quoted or not: a bare value that does is a malformed
-    # quoted string, and refusing it in the unquoted text too makes a checked key check as itself (the
-    # dataset-wide deletion checks its key before its per-model submissions check it again).
+    # a leading quote is refused in the unquoted value too, so check_key(check_key(k)) == check_key(k)
     if not _BARE_KEY.fullmatch(value) or value.startswith('"'):
         raise BadRequest(
             "the Idempotency-Key must be 1 to 255 printable ASCII characters without leading or trailing "
@@ -66,6 +63,13 @@ def check_key(key: str | None) -> str:
             code="idempotency_key_invalid",
         )
     return value
+
+
+def at_rest(payload: Any) -> Redactor:
+    """How answers to the request ``payload`` (its JSON form) are stored: each id it names, where a message
+    quotes it, by its position in the request (a replay answers the same body, so the position resolves
+    against what the client sent)."""
+    return Redactor(lambda: request_positions(payload) if isinstance(payload, Mapping) else {})
 
 
 def run(
@@ -79,22 +83,24 @@ def run(
     handler: Callable[[UnitOfWork], tuple[int, dict[str, Any]]],
 ) -> Outcome:
     """Run ``handler`` at most once per (scope, key); ``handler`` does the work in the given unit of work
-    and returns (status, body); this function commits."""
+    and returns (status, body); this function commits. The answer is returned as the handler gave it and
+    stored :func:`at_rest` (what a replay returns)."""
     key = check_key(key)
     digest = fingerprint(hasher, body)
     replay = _claim(new_uow, scope, key, digest, ttl_hours)
     if replay is not None:
         return replay
+    stored = at_rest(body)
     try:
         with new_uow() as uow:
             status, response = handler(uow)
-            uow.idempotency.complete(scope, key, status, response)
+            uow.idempotency.complete(scope, key, status, stored.json(response))
             uow.commit()
         return Outcome(status, response, replayed=False)
     except ApiError as exc:
         # A client error is the answer to this key too: a retry with the same body gets it again.
         with new_uow() as uow:
-            uow.idempotency.complete(scope, key, exc.status, exc.body())
+            uow.idempotency.complete(scope, key, exc.status, stored.json(exc.body()))
             uow.commit()
         raise
     except BaseException:
@@ -145,7 +151,7 @@ def _claim(
 
 
 class _Replayed(ApiError):
-    """The stored error response of a key, replayed verbatim."""
+    """The stored error response of a key, replayed as stored."""
 
     def __init__(self, status: int, body: dict[str, Any]) -> None:
         error = body.get("error", {})

@@ -1,12 +1,8 @@
-"""Callback delivery: POST the outcome of a deletion to the URL its client gave.
+"""Callback delivery: POST the outcome of a deletion to the URL its client gave (its own job, lane ``io``).
 
-Runs as its own job (lane ``io``), so a slow or dead endpoint never delays an update. A failed attempt
-is retried through the outbox with exponential backoff, at most ``LETHE_CALLBACK_MAX_ATTEMPTS`` times;
-then the request records ``callback_state = failed`` (the deletion itself stays completed).
-
-The POST goes only to an address callbacks may reach (:mod:`service.jobs.callback_targets`); a URL that
-leads nowhere else fails at once. With ``LETHE_CALLBACK_SIGNING_KEY`` set, each POST is signed
-(:func:`sign`), so the app can tell a callback from Lethe from one anybody could send to its endpoint.
+A failed attempt is retried through the outbox with exponential backoff, up to
+``callback_max_attempts``, then ``callback_state = failed``. Only addresses allowed by
+:mod:`service.callback_targets` are reached; with ``callback_signing_key`` each POST is signed.
 """
 
 from __future__ import annotations
@@ -17,31 +13,34 @@ import json
 import logging
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
 from service import metrics
 from service.audit.service import requests_chain
+from service.callback_targets import CallbackRefused, resolve
 from service.db.base import utcnow
-from service.jobs.callback_targets import CallbackRefused, resolve
+from service.settings import Settings
 from service.states import CallbackState
-
-if TYPE_CHECKING:
-    from service.runtime import Runtime
+from service.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
+
+
+class CallbackContext(Protocol):
+    """What delivering a callback uses of the process's runtime."""
+
+    @property
+    def settings(self) -> Settings: ...
+    def uow(self) -> UnitOfWork: ...
+
 
 SIGNATURE_HEADER = "Lethe-Signature"
 
 
 def sign(key: bytes, timestamp: int, body: bytes) -> str:
-    """The ``Lethe-Signature`` value of a callback: ``t=<unix seconds>,v1=<hex HMAC-SHA256>``, the HMAC
-    keyed by ``LETHE_CALLBACK_SIGNING_KEY`` over ``b"<t>." + body`` (the exact bytes POSTed).
-
-    The receiver recomputes it from the raw body and the ``t`` it was sent, compares in constant time,
-    and refuses a ``t`` more than a few minutes old, so a captured callback cannot be replayed later.
-    """
+    """The ``Lethe-Signature`` value: ``t=<unix seconds>,v1=<hex HMAC-SHA256(key, b"<t>." + body)>``."""
     mac = hmac.new(key, str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={mac}"
 
@@ -58,9 +57,8 @@ def callback_body(request: Any, version_seq: int | None) -> dict[str, Any]:
     }
 
 
-def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
-    """Attempt number ``attempt``; a duplicate of an attempt already made (at-least-once delivery of
-    the job) does nothing, so the endpoint sees each attempt at most once."""
+def deliver_callback(rt: CallbackContext, request_id: int, attempt: int = 1) -> None:
+    """Make attempt number ``attempt`` (a duplicate of an attempt already made does nothing)."""
     with rt.uow() as uow:
         request = uow.deletions.lock(request_id)
         if (
@@ -115,12 +113,9 @@ def deliver_callback(rt: Runtime, request_id: int, attempt: int = 1) -> None:
         uow.commit()
 
 
-def _post(rt: Runtime, url: str, body: dict[str, Any], attempt: int) -> tuple[str | None, bool]:
-    """One POST of ``body`` to ``url``, to the address :func:`resolve` checked: (the error or None,
-    whether another attempt may succeed). An address callbacks may not reach is final.
-
-    Redirects are not followed: a redirect could lead where the address check never looked.
-    """
+def _post(rt: CallbackContext, url: str, body: dict[str, Any], attempt: int) -> tuple[str | None, bool]:
+    """POST ``body`` to the checked address of ``url``, not following redirects; returns (error or
+    None, whether retrying may succeed)."""
     try:
         target = resolve(url, rt.settings.callback_networks)
     except CallbackRefused as exc:

@@ -11,28 +11,30 @@ import logging
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from service import metrics
 from service.db.base import utcnow
 from service.db.tables import ModelVersion
-from service.jobs.postgres_path import Completion, CompletionReads, RoundReads, complete_version
+from service.jobs.completion_repository import Completion, PendingCompletion, complete_version
+from service.jobs.context import CompletionContext
 from service.states import RequestState
 from service.storage.artifacts import ArtifactStore
 
 if TYPE_CHECKING:
     from psycopg import Connection
 
-    from service.db.uow import UnitOfWork
-    from service.runtime import Runtime
+    from service.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
+
+_NextRound = TypeVar("_NextRound")
 
 _UNLINKERS = 4
 _PARALLEL_FROM = 32  # fewer blobs than this: a thread pool costs more than it saves
 
 
-def publish(rt: Runtime, model_id: int, version: ModelVersion) -> None:
+def publish(rt: CompletionContext, model_id: int, version: ModelVersion) -> None:
     """Point Redis at ``version`` (never backwards: the hot store compares sequence numbers)."""
     if version.released_blob is None:
         return  # purged: a newer version exists and is (or will be) published by its own job
@@ -52,7 +54,7 @@ def delete_blobs(artifacts: ArtifactStore, blobs: Collection[str]) -> None:
         list(pool.map(artifacts.delete, blobs))
 
 
-def collect_garbage(uow: UnitOfWork, rt: Runtime, blobs: Collection[str]) -> None:
+def collect_garbage(uow: UnitOfWork, rt: CompletionContext, blobs: Collection[str]) -> None:
     """Delete those of ``blobs`` that no row references, from the artifact store and from this process's
     memory cache (other processes drop them within ``LETHE_CACHE_TTL_SECONDS``). The lock it takes
     keeps any new reference from committing until ``uow`` ends (service.storage.refs): a blob another
@@ -64,14 +66,16 @@ def collect_garbage(uow: UnitOfWork, rt: Runtime, blobs: Collection[str]) -> Non
     _unlink(rt, uow.refs.unreferenced(blobs))
 
 
-def _unlink(rt: Runtime, blobs: Collection[str]) -> None:
+def _unlink(rt: CompletionContext, blobs: Collection[str]) -> None:
     """Delete ``blobs`` (no reference holds them, under the collection lock) from the artifact store and
     from this process's memory cache."""
     delete_blobs(rt.artifacts, blobs)
     rt.cache.forget(blobs)
 
 
-def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion | None = None) -> None:
+def finish(
+    rt: CompletionContext, model_id: int, version_id: int, committed: ModelVersion | None = None
+) -> None:
     """Serve the model's current version, delete the version's garbage blobs, complete its requests.
 
     ``committed``: the version's row as its own transaction committed it as the model's current
@@ -86,56 +90,62 @@ def finish(rt: Runtime, model_id: int, version_id: int, committed: ModelVersion 
     (which receipts sign) names a time at which the subject's blobs still existed. The collection lock
     comes after every row lock, so that no deadlock is possible: a writer holding it (shared) is inside
     its commit, waiting on no row lock, while a row lock this transaction waits for belongs to a writer
-    that has not reached that lock yet. The steps run as a few pipelined statements
-    (:func:`service.jobs.postgres_path.complete_version`).
+    that has not reached that lock yet (:func:`service.jobs.completion_repository.complete_version`).
     """
     with rt.uow() as uow:
         version = committed if committed is not None else uow.models.version(version_id)
         if version is None:
             return
-        done = _complete_on_postgres(
+        done: Completion[None] | None = _complete(
             uow.postgres_connection(), uow, rt, model_id, version, committed=committed is not None
         )
         _commit_completion(uow, done)
 
 
-def finish_sent(
-    rt: Runtime,
+def complete_in_round_transaction(
+    rt: CompletionContext,
     uow: UnitOfWork,
     model_id: int,
     version: ModelVersion,
-    reads: CompletionReads,
-    next_round: Callable[[Connection[Any]], RoundReads] | None = None,
-) -> RoundReads | None:
+    pending: PendingCompletion,
+    next_round: Callable[[Connection[Any]], _NextRound] | None = None,
+) -> _NextRound | None:
     """:func:`finish` of the version an update round just committed, in ``uow``, whose transaction began
-    with the round's COMMIT and in which the completion's reads were sent with it
-    (:func:`service.jobs.postgres_path.record_unlearned_version`); commits it. ``next_round``: send the
-    next round's reads with the completion's COMMIT, in a new transaction of ``uow``
-    (:func:`service.jobs.postgres_path.complete_version`); returns them, and ``uow`` is then left in
-    that transaction, for the next round (None: the completion committed as usual)."""
-    done = _complete_on_postgres(
-        uow.postgres_connection(), uow, rt, model_id, version, committed=True, reads=reads, next_round=next_round
+    with the round's COMMIT and has the completion's reads started already
+    (:func:`service.jobs.round_repository.record_round`); commits it. ``next_round``: start the next
+    round's reads in a new transaction of ``uow`` that begins with the completion's COMMIT
+    (:func:`service.jobs.completion_repository.complete_version`); returns what it started, and ``uow``
+    is then left in that transaction, for the next round (None: the completion committed as usual)."""
+    done = _complete(
+        uow.postgres_connection(),
+        uow,
+        rt,
+        model_id,
+        version,
+        committed=True,
+        pending=pending,
+        next_round=next_round,
     )
     if done is not None and done.next_round is not None:
-        _observe(done)  # committed with its last round trip; the transaction now is the next round's
+        _observe(done)  # committed with its writes; the transaction now is the next round's
         return done.next_round
     _commit_completion(uow, done)
     return None
 
 
-def _complete_on_postgres(
+def _complete(
     conn: Connection[Any],
     uow: UnitOfWork,
-    rt: Runtime,
+    rt: CompletionContext,
     model_id: int,
     version: ModelVersion,
     *,
     committed: bool,
-    reads: CompletionReads | None = None,
-    next_round: Callable[[Connection[Any]], RoundReads] | None = None,
-) -> Completion | None:
-    """:func:`service.jobs.postgres_path.complete_version`, publishing to and unlinking from ``rt``'s
-    stores."""
+    pending: PendingCompletion | None = None,
+    next_round: Callable[[Connection[Any]], _NextRound] | None = None,
+) -> Completion[_NextRound] | None:
+    """:func:`service.jobs.completion_repository.complete_version`, publishing to and unlinking from
+    ``rt``'s stores."""
     return complete_version(
         conn,
         uow,
@@ -144,24 +154,24 @@ def _complete_on_postgres(
         model_id,
         version,
         committed=committed,
-        reads=reads,
+        pending=pending,
         next_round=next_round,
     )
 
 
-def _commit_completion(uow: UnitOfWork, done: Completion | None) -> None:
+def _commit_completion(uow: UnitOfWork, done: Completion[Any] | None) -> None:
     if done is None:
         return
     uow.commit()
     _observe(done)
 
 
-def _observe(done: Completion) -> None:
+def _observe(done: Completion[Any]) -> None:
     for request in done.requests:
         metrics.observe_completed(request.created_at, done.at)
 
 
-def finish_stalled(rt: Runtime, model_id: int, older_than_seconds: float) -> None:
+def finish_stalled(rt: CompletionContext, model_id: int, older_than_seconds: float) -> None:
     """Finish versions whose requests were left ``applied`` (a worker died between the two steps)."""
     cutoff = utcnow() - timedelta(seconds=older_than_seconds)
     with rt.uow() as uow:

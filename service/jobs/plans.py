@@ -1,9 +1,8 @@
 """Turning queued deletion requests into one batch for ``method.forget``.
 
-Each request names owners and/or samples. A batch forgets the union, and the ``ForgetRequest`` it
-hands the method is disjoint: owners (each expands to its remaining samples), plus the explicitly
-named samples whose owner is not itself in the batch. Every forgotten sample is attributed to the first
-request that names it (directly or through its owner), which is the request its tombstone points to.
+The batch forgets the union of the requests' subjects as a disjoint ``ForgetRequest``: owners, plus
+named samples whose owner is not in the batch. Each sample is attributed to the first request naming
+it (directly or through its owner).
 """
 
 from __future__ import annotations
@@ -14,21 +13,17 @@ from typing import Any
 
 from service.db.base import utcnow
 from service.db.tables import DeletionRequest
-from service.db.uow import UnitOfWork
 from service.graphs.requests import GraphItems, plan_graph_items, with_graph_items
 from service.subjects import SubjectHasher
+from service.uow import UnitOfWork
 from unlearning.methods.protocol import ForgetRequest
 
 
 @dataclass
 class RequestPlan:
     request: DeletionRequest
-    owners: list[str] = field(
-        default_factory=list
-    )  # owners with remaining samples, first naming in the batch
-    samples: dict[str, str] = field(
-        default_factory=dict
-    )  # sample id -> owner id, newly covered by this request
+    owners: list[str] = field(default_factory=list)  # owners with remaining samples, first named here
+    samples: dict[str, str] = field(default_factory=dict)  # sample id -> owner id, newly covered here
     graph: GraphItems = field(default_factory=GraphItems)  # edges, node features, graphs (service.graphs)
 
 
@@ -66,9 +61,8 @@ def plan_requests(
     owner_samples: Mapping[str, Sequence[str]] | None = None,
     sample_owner: Mapping[str, str] | None = None,
 ) -> list[RequestPlan]:
-    """One plan per request, in order, against the model's remaining samples: ``owner_samples`` (owner ->
-    remaining samples) and ``sample_owner`` (remaining sample -> owner) for at least the subjects the
-    requests name, when the caller read them already (:func:`service.jobs.postgres_path.lock_round`)."""
+    """One plan per request, in order, against the model's remaining samples; ``owner_samples`` (owner ->
+    samples) and ``sample_owner`` (sample -> owner) cover the named subjects, read here if not given."""
     if owner_samples is None:
         owner_names = list(dict.fromkeys(o for r in requests for o in (r.subjects or {}).get("owner_ids", [])))
         owner_samples = uow.models.samples_of_owners(model_id, owner_names)

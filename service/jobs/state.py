@@ -1,11 +1,8 @@
-"""Storing the parts of a ``MethodState`` and putting them back together, without knowing the method.
+"""Storing the parts of a ``MethodState`` and putting them back together, method-agnostic.
 
-Where each part lives (DESIGN.md, "the method protocol", point 4):
-- released and clean weights: safetensors blobs in the artifact store, named by the version row;
-- per-sample statistics: the hot store (Redis, one key per sample and per owner) for reads, and the
-  artifact store for durability, as owner-hashed buckets (:mod:`service.storage.buckets`);
-- accounting: JSON in the version row;
-- the remaining training arrays: owner-hashed buckets too, named by the model row.
+Weights: safetensors blobs named by the version row. Per-sample statistics: Redis (reads) plus
+owner-hashed buckets in the artifact store (durability). Accounting: JSON in the version row. Training
+arrays: owner-hashed buckets named by the model row.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ import torch
 
 from service.db import jsoncodec
 from service.db.tables import Model, ModelVersion
-from service.db.uow import UnitOfWork
 from service.graphs.storage import decode_graph, graph_digest, graph_nbytes, is_graph
 from service.storage.artifacts import ArtifactStore
 from service.storage.buckets import Bucket, bucket_count, decode_bucket, drop_rows, read_rows, write_buckets
@@ -33,6 +29,7 @@ from service.storage.hot import HotStore
 from service.storage.statistics import RedisSampleStatistics
 from service.storage.tensors import decode_artifact, decode_weights
 from service.subjects import HashedIdSet, SubjectHasher
+from service.uow import UnitOfWork
 from unlearning.data import Dataset
 from unlearning.methods.protocol import BudgetPolicy, MethodState, PrivacyTarget, StatisticsSnapshot
 from unlearning.serialization import json_restore, json_safe  # noqa: F401  (re-exported for the jobs)
@@ -41,12 +38,11 @@ _BLOB_KINDS = ("artifact", "weights", "bucket", "graph")
 
 
 class BlobCache:
-    """Decoded blobs (LRU, bounded in bytes). Blobs are immutable, so a cached value is never stale.
+    """Decoded blobs, LRU, bounded by ``max_bytes``; thread-safe.
 
-    But a blob can hold the rows or vectors of a subject erased since, so a cached value also has a
-    lifetime: ``ttl_seconds`` after it was loaded it is dropped (:meth:`prune_expired`, run by each
-    process's dispatcher, and on the next read), and the process that deletes a blob drops it at once
-    (:meth:`forget`). An erased subject's bytes therefore leave every process's memory within the TTL.
+    A value expires ``ttl_seconds`` after loading (:meth:`prune_expired`, or on the next read) and is
+    dropped at once when its blob is deleted (:meth:`forget`), so an erased subject's bytes leave every
+    process's memory within the TTL.
     """
 
     def __init__(
@@ -60,8 +56,7 @@ class BlobCache:
         self._max = max_bytes
         self._ttl = ttl_seconds
         self._clock = clock
-        # (kind, key) -> (value, bytes, expiry); a blob's key is its digest, an assembled dataset's its
-        # manifest's bucket map, with the digests it was read from in ``_parts``
+        # (kind, key) -> (value, bytes, expiry); key: a blob's digest, or a dataset's bucket map (parts in _parts)
         self._items: OrderedDict[tuple[str, str], tuple[Any, int, float]] = OrderedDict()
         self._parts: dict[str, frozenset[str]] = {}
         self._size = 0
@@ -155,8 +150,7 @@ class BlobCache:
         return self._artifacts
 
     def dataset(self, manifest: Mapping[str, Any]) -> Any:
-        """The arrays a training manifest names, as a Dataset in their original row order (a graph
-        manifest: the NodeGraph or GraphCollection, service.graphs)."""
+        """The Dataset (original row order) or graph a training manifest names."""
         if is_graph(manifest):
             digest = graph_digest(manifest)
             return self._get("graph", digest, lambda: decode_graph(self._artifacts.get(digest)), graph_nbytes)
@@ -167,23 +161,12 @@ class BlobCache:
 
 
 class KnownManifests:
-    """The bucket manifests of each model's row (``models.training`` and ``models.statistics``) as this
-    process's last update round wrote them, encoded, with the ``xmin`` of the row version that holds them.
+    """Per model, the encoded ``models.training``/``models.statistics`` this process's last round wrote,
+    keyed by the ``xmin`` of the row version holding them; LRU over ``capacity`` models, thread-safe.
 
-    At 1,000 owners the two are some 170 KB of JSON, which every round read back in full (Postgres
-    reading them out of TOAST, psycopg and the decoder handling them) to find what the previous round,
-    usually this process's own, had written. A round reads them only when the
-    row's ``xmin`` differs from the one known here (:func:`service.jobs.postgres_path.lock_round`).
-
-    Why ``xmin`` is a safe key: every version of a row carries the id of the transaction that wrote it,
-    so the row still holds what a round wrote exactly while its ``xmin`` is that round's (any later change
-    to the row, from any process, makes a new version with a new ``xmin``). A round that rolls back leaves
-    no visible version with its ``xmin``, so what it noted here is simply never matched. The values are
-    kept encoded and decoded afresh on each use, so no caller can change what the next one gets. They are
-    the manifests left after the round's erasures, so they name no erased subject.
-
-    Only the ``capacity`` models updated last are kept (up to some 700 KB each at 4,096 buckets): a model
-    forgotten here is read in full by its next round, as before."""
+    A round re-reads the columns only when the row's ``xmin`` differs (any later write, or a rollback,
+    never matches). Values are stored encoded and decoded afresh on each use.
+    """
 
     def __init__(self, capacity: int = 128) -> None:
         self._lock = threading.Lock()
@@ -265,8 +248,7 @@ def policy_of(model: Model) -> BudgetPolicy:
 
 
 def policy_kwargs(fn: Callable[..., Any], policy: BudgetPolicy) -> dict[str, Any]:
-    """``{"policy": policy}`` when the method's ``fit``/``forget`` accepts it (so certificates state the
-    policy's cap); the protocol does not require the parameter, so methods without it still work."""
+    """``{"policy": policy}`` if ``fn`` takes a ``policy`` parameter (optional in the protocol), else ``{}``."""
     try:
         return {"policy": policy} if "policy" in inspect.signature(fn).parameters else {}
     except (TypeError, ValueError):
@@ -308,8 +290,8 @@ def load_hot_statistics(
     manifest: Mapping[str, Any],
     snapshot: StatisticsSnapshot | None = None,
 ) -> None:
-    """Fill a model's statistics in Redis: from ``snapshot`` when the caller holds them in memory (a
-    release being recorded), else read from the artifact store (after a flush)."""
+    """Fill a model's statistics in Redis for version ``seq``: from ``snapshot`` if given, else from the
+    artifact store."""
     if snapshot is None:
         snapshot = read_statistics(cache, manifest)
     hot.load_stats(model_id, seq, snapshot.sample_ids, snapshot.owner_ids, snapshot.vectors)
@@ -321,10 +303,8 @@ def load_hot_statistics(
 def hot_statistics(
     hot: HotStore, cache: BlobCache, hasher: SubjectHasher, uow: UnitOfWork, model: Model, seq: int
 ) -> RedisSampleStatistics | None:
-    """The model's statistics over Redis, rebuilt first when Redis does not hold those of version ``seq``.
-
-    Called only by the holder of the model lock, the only writer of a model's statistics keys.
-    """
+    """The model's statistics over Redis (rebuilt first unless Redis holds version ``seq``); None without
+    statistics. Caller must hold the model lock."""
     manifest = model.statistics
     if manifest is None:
         return None

@@ -1,9 +1,7 @@
 """Training (the first version of a model) and retraining (a new budget epoch).
 
-Neither holds a lock while it fits: the model's status (``training`` / ``retraining``) keeps deletion
-updates away meanwhile, progress is committed in short transactions, and the result is recorded in one
-transaction under the model lock. Torch is imported by the method modules only when a job runs, so a
-worker process never initialises CUDA before it forks.
+No lock is held while fitting (the model's status keeps deletion updates away); progress commits in
+short transactions; the result is recorded in one transaction under the model lock.
 """
 
 from __future__ import annotations
@@ -12,44 +10,45 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import update
+from typing import Any, Protocol
 
 from service import metrics
 from service.audit.service import model_chain
 from service.db.base import utcnow
 from service.db.tables import Model
-from service.db.uow import UnitOfWork
 from service.graphs.erasure import departed, retrain_graph
 from service.graphs.storage import is_graph, sample_count
 from service.jobs.completion import collect_garbage, finish
+from service.jobs.context import UpdateContext
 from service.jobs.plans import Batch, plan_requests
+from service.jobs.request_lifecycle import fail_request, mark_applied, record_erasure
 from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
-from service.jobs.updates import fail_request, mark_applied, record_erasure
 from service.jobs.versions import Release, blobs_of, erase_from_source, record_version, release_after_fit
 from service.states import ModelState, RequestState, VersionKind
 from service.storage.refs import rewrite_if_collected
+from service.uow import UnitOfWork
 from unlearning.errors import UnlearningError
 from unlearning.methods.protocol import ForgetRequest, MethodState
 from unlearning.methods.registry import get_method
 from unlearning.privacy.certificate import Certificate
 from unlearning.tables.quality import QualityReport, quality_problem
 
-if TYPE_CHECKING:
-    from service.runtime import Runtime
-
 log = logging.getLogger(__name__)
+
+
+class TrainingContext(UpdateContext, Protocol):
+    """The runtime a training or retraining uses (the same as an update's)."""
+
 
 _FITTING = (ModelState.TRAINING, ModelState.RETRAINING)
 """The model states in which a job fits the model (and reports its progress)."""
 
 
 class ProgressReporter:
-    """``progress(phase, fraction)`` for ``method.fit``: commits phase, percent and ETA, at most every
-    ``interval`` seconds (each report is its own short transaction; the fit holds no lock)."""
+    """``progress(phase, fraction)`` for ``method.fit``: commits phase, fraction and ETA in its own
+    transaction, at most every ``interval`` seconds (and at fraction 1)."""
 
-    def __init__(self, rt: Runtime, model_id: int, interval: float = 0.5) -> None:
+    def __init__(self, rt: TrainingContext, model_id: int, interval: float = 0.5) -> None:
         self._rt, self._model_id, self._interval = rt, model_id, interval
         self._start = time.monotonic()
         self._last = 0.0
@@ -63,19 +62,15 @@ class ProgressReporter:
         elapsed = now - self._start
         eta = elapsed * (1.0 - fraction) / fraction if fraction > 0 else None
         with self._rt.uow() as uow:
-            uow.session.execute(
-                update(Model)
-                .where(Model.id == self._model_id, Model.status.in_(_FITTING))
-                .values(phase=phase[:64], progress=fraction, eta_seconds=eta, updated_at=utcnow())
-            )
+            uow.models.record_progress(self._model_id, _FITTING, phase, fraction, eta)
             uow.commit()
 
 
 def _fit(
-    rt: Runtime, model: Model, training: dict[str, Any], seed: int
+    rt: TrainingContext, model: Model, training: dict[str, Any], seed: int
 ) -> tuple[MethodState, Certificate, int]:
-    """Fit on the arrays ``training`` names; returns the state, its certificate and the sample count.
-    Writes nothing: :func:`release_after_fit` writes the blobs (again, if a commit finds one gone)."""
+    """Fit on the arrays ``training`` names; returns (state, certificate, sample count). Writes nothing.
+    Raises RuntimeError if the certificate does not verify."""
     dataset = rt.cache.dataset(training)
     method = get_method(model.method)
     policy = policy_of(model)
@@ -103,17 +98,16 @@ def _quality(state: MethodState, kind: str) -> QualityReport | None:
 
 
 def _write_and_record(
-    rt: Runtime,
+    rt: TrainingContext,
     model_id: int,
     job: str,
     write: Callable[[], Release],
     record: Callable[[Release], int | None],
-    fail: Callable[[Runtime, int, BaseException], None],
+    fail: Callable[[TrainingContext, int, BaseException], None],
 ) -> int | None:
-    """``record(write())``: the version id, or None when the job ended otherwise (``fail`` was told
-    why, or ``record`` found the model changed). A failure to write is the job's failure; a failure to
-    record propagates (the reconciler runs the job again), except a commit that found one of its blobs
-    collected (service.storage.refs): then both run again."""
+    """``record(write())``: the version id, or None (``write`` failed and ``fail`` was called, or
+    ``record`` found the model changed). Errors of ``record`` propagate, except BlobVanished, on which
+    both run again."""
 
     def attempt() -> int | None:
         try:
@@ -129,10 +123,8 @@ def _write_and_record(
     return rewrite_if_collected(attempt, job=job, detail=f"of model {model_id}")
 
 
-def _discard_if_deleted(rt: Runtime, model_id: int, release: Release) -> None:
-    """The model was deleted while this job ran: what it wrote (weights, per-sample statistics) goes now,
-    rather than with the orphan sweep an hour later. Only the blobs nothing holds (a dataset's buckets
-    are held by the dataset)."""
+def _discard_if_deleted(rt: TrainingContext, model_id: int, release: Release) -> None:
+    """If the model was deleted meanwhile, collect the release's blobs that nothing holds now."""
     with rt.uow() as uow:
         model = uow.models.get(model_id)
         if model is None or model.status != ModelState.DELETED:
@@ -141,10 +133,8 @@ def _discard_if_deleted(rt: Runtime, model_id: int, release: Release) -> None:
         uow.commit()
 
 
-def refresh_planner_statistics(rt: Runtime) -> None:
-    """After a (re)training has committed its samples and references, and its requests completed:
-    :meth:`UnitOfWork.refresh_planner_statistics`, so that the deletions that follow are planned from
-    statistics that know those rows. The job's work is done by then: a failure here is logged only."""
+def refresh_planner_statistics(rt: TrainingContext) -> None:
+    """:meth:`UnitOfWork.refresh_planner_statistics` in its own transaction; a failure is only logged."""
     try:
         with rt.uow() as uow:
             uow.refresh_planner_statistics()
@@ -153,7 +143,7 @@ def refresh_planner_statistics(rt: Runtime) -> None:
         log.warning("could not refresh the planner's statistics after training", exc_info=True)
 
 
-def _stale(rt: Runtime, model: Model) -> bool:
+def _stale(rt: TrainingContext, model: Model) -> bool:
     """A training whose progress has not moved for ``stale_job_seconds`` is presumed dead."""
     return model.updated_at < utcnow() - timedelta(seconds=rt.settings.stale_job_seconds)
 
@@ -161,7 +151,7 @@ def _stale(rt: Runtime, model: Model) -> bool:
 # -- training -----------------------------------------------------------------------------------
 
 
-def train_model(rt: Runtime, model_id: int) -> None:
+def train_model(rt: TrainingContext, model_id: int) -> None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or not (
@@ -203,7 +193,7 @@ def train_model(rt: Runtime, model_id: int) -> None:
     refresh_planner_statistics(rt)
 
 
-def _record_training(rt: Runtime, model_id: int, release: Release, certificate: Certificate) -> int | None:
+def _record_training(rt: TrainingContext, model_id: int, release: Release, certificate: Certificate) -> int | None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status != ModelState.TRAINING:
@@ -232,7 +222,7 @@ def _record_training(rt: Runtime, model_id: int, release: Release, certificate: 
         return version.id
 
 
-def _fail_training(rt: Runtime, model_id: int, exc: BaseException) -> None:
+def _fail_training(rt: TrainingContext, model_id: int, exc: BaseException) -> None:
     """The model cannot serve: record why, and fail the deletions waiting for it (nothing to apply them to)."""
     reason = str(exc) if isinstance(exc, UnlearningError) else f"training failed: {type(exc).__name__}: {exc}"
     if not isinstance(exc, UnlearningError):
@@ -256,11 +246,10 @@ def _fail_training(rt: Runtime, model_id: int, exc: BaseException) -> None:
 # -- retraining ---------------------------------------------------------------------------------
 
 
-def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None:
+def retrain_model(rt: TrainingContext, model_id: int, reason: str | None = None) -> None:
     """Retrain on the remaining data without every waiting request's subjects; start a new budget epoch.
-
-    Scheduled when the budget runs out (the waiting requests give the reason) or through the API
-    (``Model.retrain_reason``, which also makes it retrain with no request waiting)."""
+    Runs only for a model in ``retraining`` (phase ``waiting``, or stale), with requests waiting or a
+    ``Model.retrain_reason``."""
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status != ModelState.RETRAINING:
@@ -340,7 +329,7 @@ def retrain_model(rt: Runtime, model_id: int, reason: str | None = None) -> None
 
 
 def _remaining(
-    rt: Runtime, training: dict[str, Any], request: ForgetRequest, forgotten: Mapping[str, str]
+    rt: TrainingContext, training: dict[str, Any], request: ForgetRequest, forgotten: Mapping[str, str]
 ) -> dict[str, Any]:
     """The manifest of the data a retrain fits on (written to the artifact store)."""
     if is_graph(training):  # graph datasets (service.graphs): the graph without the waiting items
@@ -348,13 +337,13 @@ def _remaining(
     return rt.cache.drop_rows(training, forgotten)[0]
 
 
-def _departed(rt: Runtime, training: dict[str, Any], remaining: dict[str, Any]) -> dict[str, str]:
+def _departed(rt: TrainingContext, training: dict[str, Any], remaining: dict[str, Any]) -> dict[str, str]:
     """Graph subjects that leave with the requests' items beyond those they named (none for tables)."""
     return departed(rt.cache, training, remaining) if is_graph(training) else {}
 
 
 def _record_retrain(
-    rt: Runtime,
+    rt: TrainingContext,
     model_id: int,
     release: Release,
     certificate: Certificate,
@@ -425,7 +414,7 @@ def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:
     return None
 
 
-def _fail_retrain(rt: Runtime, model_id: int, exc: BaseException) -> None:
+def _fail_retrain(rt: TrainingContext, model_id: int, exc: BaseException) -> None:
     """The old version keeps serving; the waiting requests fail with the reason."""
     reason = (
         str(exc) if isinstance(exc, UnlearningError) else f"retraining failed: {type(exc).__name__}: {exc}"
@@ -484,9 +473,9 @@ def _ledger(
     )
 
 
-def _load_statistics(rt: Runtime, uow: UnitOfWork, model: Model, seq: int, release: Release) -> None:
-    """Fill Redis with the new epoch's statistics before the commit, under the model lock (keyed by
-    version, so a failed commit leaves Redis marked with a version Postgres does not have: rebuilt)."""
+def _load_statistics(rt: TrainingContext, uow: UnitOfWork, model: Model, seq: int, release: Release) -> None:
+    """Fill Redis with version ``seq``'s statistics before the commit, under the model lock (a failed
+    commit leaves Redis at a seq Postgres lacks, so it is rebuilt)."""
     uow.session.flush()
     if release.statistics is not None:
         load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics, release.snapshot)

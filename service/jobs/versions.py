@@ -1,14 +1,10 @@
 """Writing a new model version: blobs before the transaction, rows inside it.
 
-Blobs are written first (content-addressed, so a rolled-back attempt leaves at most unreferenced
-files); then one transaction records the version, moves the model's pointers, swaps artifact references
-and erases the forgotten rows from the dataset's stored arrays. The blobs whose last reference the
-transaction drops are listed in ``model_versions.garbage`` and deleted from the artifact store before
-any request the version answers counts as completed.
-
-The model row holds (under one artifact holder, ``model:<id>``) everything its current state needs:
-the training-array buckets, the statistics buckets, the current version's weights and its
-``MethodState.artifacts``.
+Blobs are content-addressed, so a rolled-back attempt leaves only unreferenced files. The transaction
+records the version, moves the model's pointers, swaps artifact references (holder ``model:<id>``
+holds training and statistics buckets, weights and ``MethodState.artifacts``) and erases the forgotten
+rows from the source dataset. Blobs losing their last reference go to ``model_versions.garbage``,
+deleted before any request the version answers completes.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from typing import Any
 
 from service.db.base import utcnow
 from service.db.tables import Dataset, Model, ModelVersion
-from service.db.uow import UnitOfWork
 from service.graphs.erasure import forget_graph, graph_after_erasure
 from service.graphs.storage import is_graph
 from service.jobs.state import BlobCache, json_safe, write_statistics
@@ -27,6 +22,7 @@ from service.states import VersionKind
 from service.storage.artifacts import ArtifactStore
 from service.storage.buckets import digests
 from service.storage.tensors import encode_artifact, encode_weights
+from service.uow import UnitOfWork
 from unlearning.methods.protocol import ForgetRequest, MethodState, StatisticsSnapshot
 from unlearning.privacy.certificate import Certificate
 
@@ -44,9 +40,7 @@ class Release:
     train_size: int
     statistics: dict[str, Any] | None
     artifacts: dict[str, str]  # MethodState.artifacts: name -> blob
-    # The statistics just written, still in memory: Redis is filled from these, not by reading the blobs
-    # back (a put that found the bytes already stored relies on another holder's garbage, which a
-    # collector may unlink before this release commits; the commit detects that, a read-back would not).
+    # the statistics just written, kept to fill Redis: a read-back could see a blob collected before commit
     snapshot: StatisticsSnapshot | None = None
 
 
@@ -107,11 +101,9 @@ def release_after_forget(
     request: ForgetRequest | None = None,
     whole_owners: Collection[str] = (),
 ) -> Release:
-    """``forgotten``: sample id -> owner id. ``staged``: the statistics removals are the service's own
-    (RedisSampleStatistics), so only the affected statistics buckets are rewritten; otherwise the method
-    replaced the statistics object and its whole snapshot is written again. ``request``: the batch's
-    ForgetRequest (a graph's remaining graph is the stored graph after it). ``whole_owners``: owners
-    none of whose samples is left (their buckets go unread, :func:`service.storage.buckets.drop_rows`)."""
+    """The release after a forget. ``forgotten``: sample id -> owner id. ``staged``: statistics removals
+    went through RedisSampleStatistics, so only affected buckets are rewritten (else the whole snapshot
+    is). ``request``: the batch (graphs apply it). ``whole_owners``: owners with no sample left."""
     released, clean, spec, own = write_state(artifacts, state)
     cache.remember_weights(released, state.released_weights)
     train_size = model.train_size - len(forgotten)
@@ -171,12 +163,9 @@ def record_version(
     request_count: int,
     garbage: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> ModelVersion:
-    """Insert the version and point the model at it; the blobs the model stops holding, with
-    ``garbage`` (released elsewhere in the transaction), become the version's garbage.
-
-    Superseded versions lose their weights (rows, certificates and the weights' digest stay): they
-    carry the influence of subjects this version forgets, and only the current version is served.
-    """
+    """Insert the version, point the model at it and purge superseded versions' weights (their rows,
+    certificates and digests stay). Blobs the model stops holding, plus ``garbage``, become the version's
+    garbage."""
     previous = uow.models.version(model.current_version_id) if model.current_version_id is not None else None
     old = _held_by_model(model, previous)
     new = blobs_of(release)
@@ -203,8 +192,7 @@ def record_version(
 
 
 def serving_version(uow: UnitOfWork, version: ModelVersion, current_id: int) -> ModelVersion:
-    """The version to serve once ``version`` is recorded: itself, or the model's current one
-    (``current_id``) when a newer version exists already (it excludes the same subjects too)."""
+    """``version``, or the model's current one (``current_id``) if newer."""
     if current_id == version.id:
         return version
     return uow.models.version(current_id) or version
@@ -222,8 +210,7 @@ def version_of(
     garbage: Collection[str],
     **columns: Any,
 ) -> ModelVersion:
-    """The row of the version after ``previous`` (None: the first) that ``release`` makes; ``columns``:
-    any other column given (an id drawn beforehand, the creation time)."""
+    """The row of the version after ``previous`` (None: the first) made of ``release``, plus ``columns``."""
     return ModelVersion(
         model_id=model_id,
         seq=(previous.seq + 1) if previous else 1,
@@ -255,13 +242,8 @@ def erase_from_source(
     new_training: Mapping[str, Any] | None,
     request: ForgetRequest | None = None,
 ) -> set[str]:
-    """Remove the forgotten samples from the stored arrays of the model's source dataset (locked first;
-    absent: nothing to do); returns the blobs released.
-
-    A subject forgotten by one model is erased from the source dataset too, so a model registered on the
-    dataset later never sees them. When the dataset and the model held the same buckets (the usual case)
-    the dataset takes the model's new buckets: nothing is written twice.
-    """
+    """Erase the forgotten samples from the model's source dataset (row-locked; gone: no-op), so later
+    models never see them; returns the blobs released."""
     dataset_row = uow.datasets.lock(model.dataset_id)
     if dataset_row is None or dataset_row.arrays is None:
         return set()
@@ -287,9 +269,8 @@ def dataset_arrays_after(
     new_training: Mapping[str, Any] | None,
     request: ForgetRequest | None = None,
 ) -> dict[str, Any] | None:
-    """The source dataset's manifest once the ``forgotten`` samples (sample id -> owner id) are erased
-    from it (None: nothing left). When the dataset and the model held the same buckets (the usual case)
-    the dataset takes the model's new buckets: nothing is written twice."""
+    """The dataset manifest without the ``forgotten`` samples (sample id -> owner id); None if empty.
+    A dataset sharing the model's old buckets takes the model's new ones (nothing written twice)."""
     if is_graph(arrays):  # graph datasets (service.graphs): the graph loses the same items
         return graph_after_erasure(
             cache, arrays, request, old_training=old_training, new_training=new_training
@@ -310,8 +291,8 @@ def drop_dataset_rows(
 def replace_dataset_arrays(
     uow: UnitOfWork, cache: BlobCache, dataset_row: Dataset, arrays: dict[str, Any] | None
 ) -> set[str]:
-    """Point the (locked) dataset row at ``arrays``: swap its artifact references and recount its rows;
-    returns the blobs it stopped holding (for :func:`service.jobs.completion.collect_garbage`)."""
+    """Point the locked dataset row at ``arrays``, swapping references and recounting rows; returns the
+    blobs it stopped holding."""
     holder = dataset_holder(dataset_row.id)
     released = uow.refs.release(holder, digests(dataset_row.arrays) - digests(arrays))
     uow.refs.hold(holder, digests(arrays) - digests(dataset_row.arrays))
@@ -323,8 +304,7 @@ def replace_dataset_arrays(
 
 
 def row_count(cache: BlobCache, manifest: Mapping[str, Any] | None) -> int:
-    """Rows (graphs: samples) a manifest names, from its own count; a manifest written before the count
-    was kept is counted bucket by bucket."""
+    """Rows (graphs: samples) a manifest names: its ``num_rows``/``num_samples``, else counted per bucket."""
     if manifest is None:
         return 0
     for key in ("num_rows", "num_samples"):

@@ -1,9 +1,13 @@
-"""SQL for the privacy ledger."""
+"""SQL for the privacy ledger: the one writer of ``ledger_entries``. A training, a retrain or a reset
+appends through :meth:`LedgerRepository.add` (on the session); a deletion round appends its charge with
+:func:`append_charge` on the round's pipelined psycopg connection (service.jobs.round_repository)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from psycopg import Connection
 from sqlalchemy import Row, insert, select
 from sqlalchemy.orm import Session
 
@@ -11,6 +15,29 @@ from service.db.base import table
 from service.db.tables import LedgerEntry, ModelVersion
 
 _INSERT = insert(table(LedgerEntry))
+_CHARGE = """
+INSERT INTO ledger_entries (model_id, budget_epoch, kind, version_id, budget_unit, budget_cap, charge,
+    spent, deletions, created_at)
+VALUES (%s, %s, 'charge', %s, %s, %s, %s, %s, %s, %s)
+"""
+
+
+def append_charge(
+    conn: Connection[Any],
+    model_id: int,
+    budget_epoch: int,
+    version_id: int,
+    charge: dict[str, Any],
+    deletions: int,
+    at: datetime,
+) -> None:
+    """Append a deletion round's charge (``charge``: budget_unit, budget_cap, charge, spent) in the
+    caller's transaction; the CHECK ``spent <= budget_cap`` fails the transaction if it is exceeded."""
+    conn.execute(
+        _CHARGE,
+        (model_id, budget_epoch, version_id, charge["budget_unit"], charge["budget_cap"], charge["charge"],
+         charge["spent"], deletions, at),
+    )  # fmt: skip
 
 
 class LedgerRepository:
@@ -18,15 +45,13 @@ class LedgerRepository:
         self.session = session
 
     def add(self, **columns: Any) -> None:
-        """Append one entry (column -> value; ``created_at`` defaults to now). One prebuilt INSERT, not
-        an ORM object for the unit of work to flush: every update round charges the ledger. The cap's
-        CHECK constraint (spent <= budget_cap) raises here, before anything reaches Redis."""
+        """Append one entry (column -> value; ``created_at`` defaults to now) with one prebuilt INSERT.
+        Raises IntegrityError if the CHECK ``spent <= budget_cap`` fails."""
         self.session.execute(_INSERT, columns)
 
     def entries(self, model_id: int) -> list[Row[Any]]:
-        """The model's ledger, oldest first: rows with every column of ``ledger_entries`` and the sequence
-        number of the entry's version (``version_seq``; None for an entry that names none). One join,
-        columns only: neither the version rows (certificates and all) nor ORM objects are loaded."""
+        """The model's ledger, oldest first: every column of ``ledger_entries`` plus ``version_seq`` (None
+        for an entry without a version); plain rows, no ORM objects."""
         entries = table(LedgerEntry)
         stmt = (
             select(*entries.c, ModelVersion.seq.label("version_seq"))
@@ -35,11 +60,3 @@ class LedgerRepository:
             .order_by(entries.c.id)
         )
         return list(self.session.execute(stmt))
-
-    def latest(self, model_id: int) -> LedgerEntry | None:
-        return self.session.scalars(
-            select(LedgerEntry)
-            .where(LedgerEntry.model_id == model_id)
-            .order_by(LedgerEntry.id.desc())
-            .limit(1)
-        ).first()

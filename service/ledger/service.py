@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from service.db.tables import Model
-from service.db.uow import UnitOfWork
 from service.ledger.schemas import BudgetOut, LedgerEntryOut, RetrainOut
+from service.uow import UnitOfWork
 
 
 def budget(uow: UnitOfWork, model: Model) -> BudgetOut:

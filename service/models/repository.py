@@ -8,18 +8,18 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, literal, select, update
 from sqlalchemy.orm import Session, undefer
 from sqlalchemy.orm.util import identity_key
 
-from service.db.base import table
+from service.db.base import table, utcnow
 from service.db.tables import DeletionRequest, ErasedSubject, Model, ModelVersion, Sample
 from service.db.upsert import insert_ignore
 from service.states import ModelState, RequestState
 
 _IN_CHUNK = 5000  # bound on the size of one IN (...) list
 
-# Statements of every deletion, built once on the Core tables (service.db.base, "Statements built once").
+# built once on the Core tables (docs/decisions.md, "Statements built once")
 _models, _versions, _samples = table(Model).c, table(ModelVersion).c, table(Sample).c
 _GET_MODEL = select(Model).where(Model.id == bindparam("model_id")).execution_options(populate_existing=True)
 _GET_VERSION = select(ModelVersion).where(ModelVersion.id == bindparam("version_id"))
@@ -73,13 +73,8 @@ class ModelRepository:
         return self.session.scalar(_CURRENT_VERSION, {"model_id": model_id})
 
     def lock(self, model_id: int) -> Model | None:
-        """The per-model lock: a row lock held until the transaction ends.
-
-        ``FOR NO KEY UPDATE`` (``key_share=True``) rather than plain ``FOR UPDATE``: it serialises
-        the updaters of a model just the same, but does not block the ``FOR KEY SHARE`` lock that
-        inserting a deletion request (a foreign key to the model) takes, so the API keeps accepting
-        requests while a worker holds the model.
-        """
+        """The per-model lock (``FOR NO KEY UPDATE`` until the transaction ends, so inserting deletion
+        requests is not blocked); loads the manifests."""
         return self.session.execute(_LOCK_MODEL, {"model_id": model_id}).scalar_one_or_none()
 
     def list(self, *, after_id: int | None, limit: int) -> list[Model]:
@@ -89,8 +84,7 @@ class ModelRepository:
         return list(self.session.scalars(stmt))
 
     def on_dataset(self, dataset_id: int, statuses: Sequence[ModelState] | None = None) -> builtins.list[int]:
-        """The models registered on the dataset whose status is one of ``statuses`` (None: every model
-        that is not deleted), by id."""
+        """Ids of the dataset's models in ``statuses`` (None: not deleted)."""
         wanted = Model.status != ModelState.DELETED if statuses is None else Model.status.in_(list(statuses))
         return list(
             self.session.scalars(
@@ -100,6 +94,16 @@ class ModelRepository:
 
     def count(self) -> int:
         return int(self.session.scalar(select(func.count()).select_from(Model)) or 0)
+
+    def record_progress(
+        self, model_id: int, fitting: Sequence[ModelState], phase: str, fraction: float, eta: float | None
+    ) -> None:
+        """A training's progress, written only while the model is in one of the ``fitting`` states."""
+        self.session.execute(
+            update(Model)
+            .where(Model.id == model_id, Model.status.in_(list(fitting)))
+            .values(phase=phase[:64], progress=fraction, eta_seconds=eta, updated_at=utcnow())
+        )
 
     def stale_jobs(self, statuses: Sequence[ModelState], before: datetime) -> builtins.list[Model]:
         return list(
@@ -114,8 +118,7 @@ class ModelRepository:
         return version
 
     def version(self, version_id: int) -> ModelVersion | None:
-        """The version row; one this session holds already is returned without a query (as
-        ``Session.get`` does)."""
+        """The version row, from the identity map if loaded."""
         known = self.session.identity_map.get(identity_key(ModelVersion, version_id))
         if known is not None:
             return cast(ModelVersion, known)
@@ -130,11 +133,26 @@ class ModelRepository:
         return {version_id: seq for version_id, seq in rows}
 
     def purge_superseded(self, model_id: int, current_version_id: int, at: datetime) -> None:
-        """Every version of the model but ``current_version_id`` loses its weights (rows, certificates and
-        the weights' digest stay). Through the partial index ``ix_model_versions_unpurged`` this touches
-        only the versions not purged yet (the previous current one), however long the model's history."""
+        """Drop the weights of every unpurged version but ``current_version_id`` (rows, certificates and
+        digests stay)."""
         self.session.execute(
             _PURGE_SUPERSEDED, {"b_model_id": model_id, "b_current_id": current_version_id, "b_at": at}
+        )
+
+    def purge_all_versions(self, model_id: int, at: datetime) -> None:
+        """Drop every version's weights, artifacts and garbage list (keeping earlier purge times)."""
+        self.session.execute(
+            update(ModelVersion)
+            .where(ModelVersion.model_id == model_id)
+            .values(
+                released_blob=None,
+                clean_blob=None,
+                artifacts={},
+                garbage=[],
+                weights_purged_at=func.coalesce(
+                    ModelVersion.weights_purged_at, literal(at, ModelVersion.weights_purged_at.type)
+                ),
+            )
         )
 
     def version_by_seq(self, model_id: int, seq: int) -> ModelVersion | None:

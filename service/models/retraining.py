@@ -1,32 +1,22 @@
-"""Retraining on request: ``POST /v1/models/{id}/retrain``.
-
-The service retrains by itself when the next update would go over the privacy budget
-(:mod:`service.jobs.updates`). An operator may want a retrain before that: to bring a model whose
-approximate updates have drifted back to what training on the remaining data gives, or to start a
-fresh budget epoch before a known wave of deletions. It is the same job
-(:func:`service.jobs.training.retrain_model`): it fits on the remaining data without the subjects of
-every request still queued (and completes those requests), releases a ``retrained`` version, starts a
-new budget epoch, and its ledger entry and audit events carry the caller's reason.
+"""Retraining on request (``POST /v1/models/{id}/retrain``): the same job as a budget-driven retrain
+(:func:`service.jobs.training.retrain_model`), with the caller's reason in its ledger entry and events.
 """
 
 from __future__ import annotations
 
 from service.db.tables import Model
-from service.db.uow import UnitOfWork
 from service.errors import Conflict, NotFound
-from service.jobs.updates import schedule_retrain
+from service.jobs.request_lifecycle import schedule_retrain
 from service.models.service import require_live
 from service.states import ModelState
+from service.uow import UnitOfWork
 
 DEFAULT_REASON = "requested through the API"
 
 
 def request_retrain(uow: UnitOfWork, model_id: int, reason: str) -> Model:
-    """Schedule a retrain of a ready model (under the model lock); the caller commits, which queues it.
-
-    409 while the model has no version to replace yet (``not_ready``), is already retraining
-    (``already_retraining``), failed (``model_failed``) or has no training data left
-    (``no_training_data``); 410 once deleted."""
+    """Schedule a retrain of a ready model (under the model lock); the caller commits. 404/410 for an
+    unknown/deleted model; 409 ``not_ready``, ``already_retraining``, ``model_failed``, ``no_training_data``."""
     model = uow.models.lock(model_id)
     if model is None:
         raise NotFound(f"model {model_id} does not exist")

@@ -10,7 +10,6 @@ import torch
 
 from service.audit.service import model_chain
 from service.db.tables import Model, ModelVersion
-from service.db.uow import UnitOfWork
 from service.errors import Conflict, Gone, NotFound, Unprocessable, from_unlearning_error
 from service.graphs.models import check_method_data
 from service.graphs.storage import subjects_of
@@ -34,6 +33,7 @@ from service.states import ModelState
 from service.storage.artifacts import ArtifactStore, BlobNotFound
 from service.storage.buckets import digests
 from service.storage.hot import HotStore, ServingWeights
+from service.uow import UnitOfWork
 from unlearning.errors import UnknownSampleError, UnlearningError
 from unlearning.methods.protocol import (
     BudgetPolicy,
@@ -53,9 +53,7 @@ from unlearning.tables.quality import QualityReport
 
 
 def list_methods() -> list[MethodOut]:
-    """Every method as the library declares it; defaults are read from ``default_config()`` now, and the
-    families (and a ``family`` hyperparameter's choices) are those a registration may name
-    (``ModelIn.family``) among the method's."""
+    """Every method as the library declares it, restricted to the families ``ModelIn.family`` allows."""
     registrable = get_args(ModelIn.model_fields["family"].annotation)
     out = []
     for name in method_names():
@@ -83,11 +81,8 @@ def list_methods() -> list[MethodOut]:
 
 
 def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
-    """Validate everything that can be checked now, insert the model and queue its training.
-
-    A bad hyperparameter, privacy target or family/shape combination is a 422 here rather than a
-    failed training later.
-    """
+    """Validate the registration (422 for bad hyperparameters, privacy target, family or data), lock the
+    dataset, insert the model with its samples and references, and queue its training; caller commits."""
     try:
         method = get_method(body.method)
     except UnlearningError as exc:
@@ -180,9 +175,7 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
 
 
 def _check_family(body: ModelIn) -> None:
-    """A ``family`` among the hyperparameters must be the top-level one. The stored hyperparameters carry
-    the family (``GET /v1/models/{id}`` shows them), so sending them back as they are is accepted; any
-    other value would be overwritten by the top-level field, so it is refused rather than ignored."""
+    """422 unless a ``family`` among the hyperparameters equals the top-level ``family``."""
     if "family" not in body.hyperparameters:
         return
     value = body.hyperparameters["family"]
@@ -197,9 +190,7 @@ def _check_family(body: ModelIn) -> None:
 
 
 def _check_types(defaults: dict[str, Any], overrides: dict[str, Any]) -> None:
-    """Each override has the JSON type of its default (an int where a float is expected is fine; null
-    is left to the method). Ranges and choices are the method's to check: ``register`` calls its
-    ``check_config`` next."""
+    """422 unless each non-null override has its default's JSON type (an int may stand for a float)."""
     for name, value in overrides.items():
         default = defaults.get(name)
         if value is None or default is None or name == "family":
@@ -216,9 +207,8 @@ def _check_types(defaults: dict[str, Any], overrides: dict[str, Any]) -> None:
 def _check_architecture(
     family: str, feature_shape: list[int], num_classes: int, config: dict[str, Any]
 ) -> ModelSpec:
-    """The declared architecture: convolutional families take the feature shape as is (so an image
-    family on tabular data is a 422 now), the others the flattened features. An MLP's size is checked
-    against the data's width before anything is built (its widths were checked by ``check_config``)."""
+    """The ModelSpec (``cnn``: the feature shape; others: flattened), built once to check it; 422 if it
+    cannot be built or an MLP is too large."""
     shape = tuple(feature_shape) if family == "cnn" else (math.prod(feature_shape),)
     spec = ModelSpec(family=family, input_shape=shape, num_classes=num_classes)
     try:
@@ -347,10 +337,8 @@ def serving(uow: UnitOfWork, hot: HotStore, cache: BlobCache, model: Model) -> S
 def predict(
     uow: UnitOfWork, cache: BlobCache, model: Model, served: ServingWeights, body: PredictIn
 ) -> PredictOut:
-    """Predictions of the served version: a method that answers them itself
-    (:class:`~unlearning.methods.protocol.PredictsOwnData`: table models through their feature scaling,
-    models over derived features) is asked; otherwise a flat-parameter model evaluates the feature rows
-    (or the model's own remaining rows named by id)."""
+    """Predictions of the served version: from the method if it is ``PredictsOwnData`` (or the spec is
+    not flat), else by the flat model on the instances or the named remaining rows."""
     spec = _flat_spec(served.spec)
     try:
         if isinstance(get_method(model.method), PredictsOwnData) or spec is None:

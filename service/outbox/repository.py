@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from service.db.base import utcnow
@@ -25,7 +25,7 @@ class Message:
 class OutboxRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.added: list[Message] = []  # due now: published right after the commit (service.db.uow)
+        self.added: list[Message] = []  # due now: published right after the commit (service.uow)
 
     def add(
         self,
@@ -55,6 +55,10 @@ class OutboxRepository:
         )
         if ids and (available_at is None or available_at <= now):
             self.added.append(Message(ids[0], task, payload))
+
+    def skip_wal_flush(self) -> None:
+        """``synchronous_commit = off``: only for marks a crash may lose harmlessly."""
+        self.session.execute(text("SET LOCAL synchronous_commit = off"))
 
     def claim_due(self, now: datetime, limit: int) -> list[OutboxMessage]:
         # SKIP LOCKED lets several dispatchers (API and worker processes) share the outbox without

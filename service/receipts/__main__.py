@@ -1,15 +1,11 @@
 """``python -m service.receipts``: make a signing key, or verify a receipt without trusting the service.
 
 - ``new-key``: print a fresh Ed25519 private key (base64url) for LETHE_RECEIPT_SIGNING_KEY;
-- ``verify RECEIPT.json --public-key=KEY``: check the signature of a receipt (the whole answer of
-  ``GET /v1/deletions/{id}/receipt``) against a public key (base64url, as ``GET /v1/receipts/key``
-  gives it; pin the key you trust rather than fetching it next to the receipt). Repeat
-  ``--public-key`` to give the keys of a rotation (``GET /v1/receipts/keys``): the one whose id the
-  receipt names is used. With ``--url``, also
-  check that the service's audit log holds the event the receipt names: the tool reads that chain over
-  the API, recomputes every hash itself (:mod:`service.audit.check`) and looks for the event at the
-  receipt's sequence number with the receipt's hash, type and request. Exit status 0 when everything
-  checked holds, 1 when something does not, 2 for unusable input.
+- ``verify RECEIPT.json --public-key=KEY``: check a receipt (the answer of
+  ``GET /v1/deletions/{id}/receipt``) against a pinned public key (repeatable for rotated keys: the one
+  the receipt names is used). With ``--url``, also verify the audit chain over the API
+  (:mod:`service.audit.check`) and find the receipt's event at its seq with its hash, type and request.
+Exit status 0 when everything checked holds, 1 otherwise, 2 for unusable input.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ from pathlib import Path
 import httpx
 
 from service.audit.check import service_client
-from service.receipts.signing import new_seed
 from service.receipts.verification import (
     UnusableInput,
     check_receipt,
@@ -30,6 +25,7 @@ from service.receipts.verification import (
     logged_problem,
     split_answer,
 )
+from service.signing import new_seed
 
 __all__ = ["logged_problem", "main"]
 

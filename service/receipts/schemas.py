@@ -1,5 +1,5 @@
 """Receipt bodies. Every field of a receipt is a string, an integer or null (no floats: see
-:mod:`service.receipts.signing`), so its canonical form is the same in any language."""
+:mod:`service.signing`), so its canonical form is the same in any language."""
 
 from __future__ import annotations
 

@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 from service.db.base import utcnow
 from service.db.tables import AuditEvent, DeletionRequest, ModelVersion
-from service.db.uow import UnitOfWork
 from service.deletions.service import get_request
 from service.errors import Conflict, Unprocessable
 from service.receipts.schemas import (
@@ -21,9 +20,10 @@ from service.receipts.schemas import (
     ReceiptSubject,
     ReceiptVersion,
 )
-from service.receipts.signing import ReceiptSigner, b64url, key_id, public_key_pem
+from service.signing import ReceiptSigner, b64url, key_id, public_key_pem
 from service.states import RequestState
 from service.subjects import SubjectHasher
+from service.uow import UnitOfWork
 
 COMPLETED_EVENT = "deletion.completed"
 
@@ -44,8 +44,7 @@ def public_key(signer: ReceiptSigner | None) -> ReceiptKeyOut:
 
 
 def public_keys(signer: ReceiptSigner | None, retired: Sequence[bytes]) -> ReceiptKeysOut:
-    """Every key a receipt of this deployment may name: the current one (none while receipts are off),
-    then the retired ones still published (``LETHE_RECEIPT_RETIRED_KEYS``)."""
+    """Every key a receipt may name: the current one (if receipts are on), then the retired ones."""
     current = [_key_out(signer.public_key, "current")] if signer is not None else []
     current_key = signer.public_key if signer is not None else None
     return ReceiptKeysOut(keys=current + [_key_out(k, "retired") for k in retired if k != current_key])

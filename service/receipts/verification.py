@@ -12,7 +12,7 @@ import httpx
 
 from service.audit.check import check
 from service.audit.schemas import AuditEventOut
-from service.receipts.signing import b64url, key_id, parse_public_key, verify
+from service.signing import b64url, key_id, parse_public_key, verify
 
 
 class UnusableInput(ValueError):

@@ -1,8 +1,6 @@
 """Content-addressed, immutable blob store (a directory by default).
 
-A blob's name is the sha256 of its bytes, so writing the same content twice stores it once, and a
-blob can be checked against its name. The interface is small on purpose: :mod:`service.storage.s3`
-implements it on an S3 bucket, for deployments whose hosts share no directory.
+A blob's name is the sha256 of its bytes; :mod:`service.storage.s3` implements the same protocol.
 """
 
 from __future__ import annotations
@@ -29,16 +27,15 @@ class BlobNotFound(KeyError):
 
 
 class BlobVanished(RuntimeError):
-    """Blobs a transaction was about to reference were deleted (as another holder's garbage) after they
-    were put and before the commit. Nothing was committed; writing the blobs again and retrying is safe."""
+    """Blobs a transaction was about to reference were collected before its commit; nothing committed,
+    so writing the blobs again and retrying is safe."""
 
     def __init__(self, digests: list[str]) -> None:
         super().__init__(f"{len(digests)} blob(s) were collected before their reference committed")
         self.digests = digests
 
 
-# ``referenced(digests)`` opens a scope in which the returned set (the digests some row holds) stays
-# true: no reference to the others can commit until the scope ends (service.storage.refs).
+# referenced(digests): a scope yielding the digests some row holds; no reference to the others commits meanwhile
 Referenced = Callable[[list[str]], AbstractContextManager[set[str]]]
 
 
@@ -61,9 +58,8 @@ class ArtifactStore(Protocol):
 def remove_unreferenced(
     candidates: Iterable[str], referenced: Referenced, remove: Callable[[str], bool]
 ) -> list[str]:
-    """The sweep's removal: ``remove(digest)`` for each candidate no row holds, in batches, each batch
-    looked up and removed inside one ``referenced`` scope (so no reference to a blob being removed can
-    commit meanwhile); ``remove`` says whether it removed the blob. Returns the digests removed."""
+    """``remove(digest)`` (True: removed) each candidate no row holds, per batch in one ``referenced``
+    scope; returns the digests removed."""
     removed: list[str] = []
     names = sorted(candidates)
     for start in range(0, len(names), SWEEP_BATCH):
@@ -78,21 +74,13 @@ def digest_of(data: bytes) -> str:
 
 
 class LocalArtifactStore:
-    """Blobs under ``root/ab/<digest>``; writes go to a temporary file and are renamed into place.
+    """Blobs under ``root/ab/<digest>``, written to a temporary file and renamed into place (readers
+    never see a partial blob).
 
-    The rename is atomic, so a reader never sees a partial blob and a crash mid-write leaves at most a
-    temporary file behind. (A deletion update writes many small blobs: directories made once are
-    remembered, since even a failing mkdir costs a system call.)
-
-    ``durable`` (the default): :meth:`put` returns only once the blob's bytes and its directory entry
-    are on disk (fsync of the file before the rename, then of the directory; about 0.4 ms a blob on this
-    machine's disk). Postgres commits a version only after its blobs were put, and fsyncs that commit;
-    without these a power cut could leave a committed version naming blobs that never reached the disk.
-    An unlink is not fsynced (one fsync per directory would cost a burst's completion about 0.2 s): a
-    power cut may undo the last seconds of unlinks, and :meth:`sweep` removes what comes back.
-
-    ``put`` of a blob that exists refreshes its modification time: that is how :meth:`sweep` knows a
-    blob is about to be referenced even though no committed row names it yet.
+    ``durable``: :meth:`put` returns once the file and its directory entry are fsynced, so a committed
+    version never names a blob lost to a power cut. Unlinks are not fsynced; :meth:`sweep` removes
+    what a power cut brings back. ``put`` of an existing blob refreshes its mtime, which :meth:`sweep`
+    reads as "about to be referenced".
     """
 
     def __init__(self, root: Path, *, durable: bool = True) -> None:
@@ -145,15 +133,11 @@ class LocalArtifactStore:
         self._path(digest).unlink(missing_ok=True)
 
     def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]:
-        """Delete the blobs ``referenced`` does not name that nobody wrote or re-put for
-        ``older_than_seconds``; returns their digests. Also clears temporary files of writes that died.
+        """Delete unreferenced blobs not put for ``older_than_seconds`` (and stale temporary files);
+        returns their digests.
 
-        Each batch is checked and removed inside one ``referenced`` scope, so no reference to a blob
-        being removed can commit meanwhile. A writer that put the blob earlier and commits later finds
-        it gone and writes it again (service.db.uow); the modification time spares it that: a
-        candidate is first renamed aside, and put back if its modification time moved between the
-        listing and the rename (a put touched it then). A crash mid-sweep leaves renamed files, which
-        the next sweep restores when referenced and deletes otherwise.
+        A candidate is renamed aside first and restored if its mtime moved since listing (a put wants
+        it). Files left aside by a crashed sweep are restored if referenced, else deleted.
         """
         cutoff = time.time() - older_than_seconds
         candidates: dict[str, int] = {}

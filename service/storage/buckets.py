@@ -1,22 +1,13 @@
-"""Per-sample arrays stored as content-addressed buckets, one per owner (or per owner hash).
+"""Per-sample arrays (training rows, statistics vectors) stored as content-addressed buckets.
 
-The training arrays of a model (features, labels) and its per-sample statistics (one vector per
-sample) are stored this way. With up to ``max_buckets`` owners every owner has a bucket of their own, so
-forgetting a whole owner (the common request) writes nothing: their buckets leave the manifest and the
-blobs are deleted. Forgetting some of an owner's samples rewrites only that owner's small bucket. With
-more owners than that, owners share buckets by hash and erasing one rewrites the bucket it hashes to. Each bucket is one safetensors blob: the arrays (row i of each
-belongs to ``sample_ids[i]``) plus the sample and owner ids in the metadata.
+With at most ``max_buckets`` owners each owner has a bucket (:data:`PER_OWNER`), so forgetting a whole
+owner just drops their bucket; beyond that, owners share ``max_buckets`` buckets by hash. A bucket is
+one safetensors blob: arrays whose row i belongs to ``sample_ids[i]``, ids in the metadata.
 
-A manifest (JSON, stored in the owning row) names the buckets: ``{"num_buckets": B, "num_rows": n,
-"buckets": {"3": digest, ...}, ...}`` with any extra keys the owner keeps there (dimension, dtype, class
-count). ``num_rows`` is kept up to date by :func:`drop_rows`, so counting rows never reads the buckets
-(manifests written before it existed lack it).
-
-A per-owner manifest also lists, as ``shared_buckets``, the keys that two owners' ids hash to (almost
-always none). Every other bucket holds one owner's rows, so forgetting an owner whole drops their bucket
-without reading it: a burst of whole-owner deletions reads no bucket at all. Buckets only ever lose
-rows, so the list written with the buckets stays a safe superset. A manifest without the key (written
-before it existed, or with shared buckets by design) has every affected bucket read, as before.
+Manifest (JSON in the owning row): ``{"num_buckets": B, "num_rows": n, "buckets": {key: digest},
+"shared_buckets": [keys two owners hash to] (per-owner only), ...extra keys}``. ``num_rows`` and
+``shared_buckets`` may be absent from old manifests; without ``shared_buckets`` every affected bucket
+is read.
 """
 
 from __future__ import annotations
@@ -49,14 +40,13 @@ _WRITERS = 8
 
 
 def bucket_count(owner_ids: Sequence[str], most: int) -> int:
-    """One bucket per owner while there are at most ``most`` owners (:data:`PER_OWNER`), else ``most``
-    shared buckets. The manifest names every bucket, so ``most`` bounds its size."""
+    """:data:`PER_OWNER` while there are at most ``most`` owners, else ``most`` shared buckets."""
     return PER_OWNER if len(set(owner_ids)) <= most else most
 
 
 def bucket_of(owner_id: str, num_buckets: int) -> str:
-    """The manifest key of the owner's bucket. Per owner: 48 bits of a hash of the id (a collision only
-    puts two owners in one bucket, which stays correct since rows are matched by sample id)."""
+    """The manifest key of the owner's bucket: per owner, 48 bits of blake2b(id) in hex (a collision
+    shares a bucket, still correct: rows match by sample id); else that hash mod ``num_buckets``."""
     digest = hashlib.blake2b(owner_id.encode(), digest_size=6).digest()
     if num_buckets == PER_OWNER:
         return digest.hex()
@@ -99,8 +89,7 @@ def write_buckets(
         )
         return artifacts.put(encode_bucket(bucket))
 
-    # A fit writes one small blob per owner: file creation dominates and releases the GIL, so a few
-    # threads overlap it (about 3x faster for 1,000 owners on 2 cores).
+    # file creation dominates and releases the GIL: threads overlap it
     items = sorted(rows.items())
     with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
         digests_ = list(pool.map(put, [idx for _, idx in items]))
@@ -120,8 +109,7 @@ def _shared_keys(owner_ids: Sequence[str], num_buckets: int) -> list[str]:
 
 
 def _single_owner_keys(manifest: Mapping[str, Any], affected: Mapping[str, set[str]]) -> set[str]:
-    """Those of ``affected``'s keys whose bucket holds one owner's rows only (see the module docstring);
-    none for a manifest that does not say which keys are shared."""
+    """``affected``'s keys whose bucket holds one owner only; none without ``shared_buckets``."""
     if int(manifest["num_buckets"]) != PER_OWNER or "shared_buckets" not in manifest:
         return set()
     return set(affected) - set(manifest["shared_buckets"])
@@ -135,13 +123,9 @@ def drop_rows(
     remember: Callable[[str, Bucket], None] | None = None,
     whole_owners: Collection[str] = (),
 ) -> tuple[dict[str, Any], set[str]]:
-    """Remove the ``removed`` samples (sample id -> owner id) from their buckets.
-
-    Returns the new manifest and the digests it no longer names (only the rewritten buckets').
-    ``remember(digest, bucket)`` is told about each bucket written (a cache: the next update that
-    touches the bucket then needs no read). ``whole_owners``: owners every one of whose rows is in
-    ``removed`` (the caller knows it from the samples table); a bucket that holds only such an owner's
-    rows is dropped without being read.
+    """Remove the ``removed`` samples (sample id -> owner id) from their buckets; returns the new
+    manifest and the digests it no longer names. ``remember(digest, bucket)`` gets each bucket written.
+    ``whole_owners``: owners all of whose rows are removed; their single-owner buckets are dropped unread.
     """
     affected: dict[str, set[str]] = defaultdict(set)
     owners_in: dict[str, set[str]] = defaultdict(set)

@@ -1,7 +1,6 @@
 """The Redis hot store: each model's serving pointer and weights, and the per-sample statistics.
 
-Nothing here is the system of record. Every key can be rebuilt from Postgres and the artifact store
-(:mod:`service.jobs.state` does it), so a flushed Redis costs one rebuild and loses nothing.
+Not a system of record: every key is rebuilt from Postgres and the artifact store (service.jobs.state).
 
 Keys, all under ``{prefix}:m:{model_id}:``:
 - ``serving``      hash: seq, version_id, dtype, spec, weights (raw little-endian bytes)
@@ -47,11 +46,7 @@ def from_bytes(data: bytes, dtype: str) -> torch.Tensor:
 
 
 def reply_bytes(value: bytes | str) -> bytes:
-    """A Redis reply value as the bytes it is.
-
-    Clients come from :func:`connect` with redis-py's default ``decode_responses=False``, so replies are
-    never ``str``; redis-py annotates them ``bytes | str`` to cover both settings.
-    """
+    """A Redis reply value typed as bytes (clients use ``decode_responses=False``)."""
     return cast(bytes, value)
 
 
@@ -81,11 +76,9 @@ RETIRED_SEQ = 2**62
 """The serving pointer's sequence number once a model is deleted: above any version's."""
 
 
-# The serving pointer's compare-and-set, run by Redis as one command. KEYS[1]: the serving hash; ARGV: seq,
-# version_id, dtype, spec, weights. Returns 1 when the pointer is at ``seq`` afterwards, 0 when it was at
-# a later one (or at a retired model's tombstone) and stays there. Replaces WATCH, HGET, MULTI/EXEC: three
-# round trips, 0.36 ms of the client's CPU against 0.14. Sequence numbers stay
-# far below 2^53, and RETIRED_SEQ (2^62) is exact as a double, so Lua's numbers compare them exactly.
+# Compare-and-set of the serving pointer. KEYS[1]: the serving hash; ARGV: seq, version_id, dtype, spec,
+# weights. Returns 1 if the pointer is at seq afterwards, 0 if it stays at a later seq (or the tombstone).
+# Seqs stay far below 2^53 and RETIRED_SEQ = 2^62 is exact as a double, so Lua compares them exactly.
 _PUBLISH = """
 local current = redis.call('HGET', KEYS[1], 'seq')
 if current and tonumber(current) >= tonumber(ARGV[1]) then
@@ -106,8 +99,7 @@ class HotStore:
         self._scripts: dict[str, Script] = {}
 
     def script(self, source: str) -> Script:
-        """The Lua ``source`` as a script of this client, registered once (its SHA-1 computed once): run
-        by EVALSHA, loaded again after a SCRIPT FLUSH or a restart (redis-py's ``Script``)."""
+        """The Lua ``source`` registered once as a redis-py ``Script`` (EVALSHA, reloaded when flushed)."""
         found = self._scripts.get(source)
         if found is None:
             found = self._scripts[source] = self.client.register_script(source)
@@ -127,12 +119,8 @@ class HotStore:
     def set_serving(
         self, model_id: int, version_id: int, seq: int, spec: dict[str, Any], weights: torch.Tensor
     ) -> bool:
-        """Point the model at version ``seq`` unless a newer version is already served.
-
-        A compare-and-set (:data:`_PUBLISH`, one round trip, atomic in Redis): a slow writer rebuilding
-        an older version after a flush can never move the pointer back past a version that excludes an
-        erased subject. True when the pointer is (now or already) at ``seq``.
-        """
+        """Atomically point the model at version ``seq`` unless a newer version (or the tombstone) is
+        served; True when the pointer is (now or already) at ``seq``."""
         published = self.script(_PUBLISH)(
             keys=[self.key(model_id, "serving")],
             args=[seq, version_id, dtype_name(weights.dtype), json.dumps(spec), to_bytes(weights)],
@@ -151,8 +139,8 @@ class HotStore:
         )
 
     def retire(self, model_id: int) -> None:
-        """A deleted model: its keys go, and its serving pointer becomes a tombstone (no weights, a sequence
-        number no version reaches) so that a writer racing the deletion cannot publish weights again."""
+        """Delete the model's keys and leave a tombstone serving pointer (no weights, ``RETIRED_SEQ``), so
+        no racing writer can publish again."""
         serving = self.key(model_id, "serving")
         pipe = self.client.pipeline()
         pipe.delete(serving, self.key(model_id, "update-pending"))
@@ -161,18 +149,15 @@ class HotStore:
         pipe.execute()
 
     def claim_update(self, model_id: int, ttl_seconds: int = 30) -> bool:
-        """True for the first caller since the model's claim was last let go: only that caller publishes
-        a job; the others' requests are read by the job on its way or draining, which holds the claim
-        until the model's queue is empty (service.jobs.updates.apply_deletions). The claim expires after
-        ``ttl_seconds``, so a worker that died holding it delays new jobs that long at most (and the
-        reconciler re-publishes for requests left queued meanwhile)."""
+        """Take the model's update claim (expires after ``ttl_seconds``): True for the first caller since
+        it was released, who then publishes the job; True too when Redis fails (a redundant job is harmless)."""
         try:
             return bool(self.client.set(self.key(model_id, "update-pending"), 1, nx=True, ex=ttl_seconds))
         except redis.RedisError:
             return True  # cannot tell: publish (a redundant job is harmless)
 
     def release_update(self, model_id: int) -> None:
-        """Let go of the claim: requests committed from now on publish a job of their own."""
+        """Release the update claim."""
         self.client.delete(self.key(model_id, "update-pending"))
 
     # -- statistics ---------------------------------------------------------------------------
@@ -195,10 +180,8 @@ class HotStore:
         owner_ids: Sequence[str],
         vectors: torch.Tensor,
     ) -> None:
-        """Replace the model's statistics with these rows; the meta key is written last.
-
-        A reader that sees the meta key for ``seq`` therefore sees the complete set of rows.
-        """
+        """Replace the model's statistics with these rows; the meta key is written last, so a reader
+        seeing it for ``seq`` sees every row."""
         self.clear_stats(model_id)
         dtype = dtype_name(vectors.dtype)
         rows = vectors.detach().contiguous().cpu().numpy()

@@ -1,15 +1,9 @@
-"""SQL for artifact references: which row holds which blob.
+"""SQL for artifact references: which holder (``dataset:3``, ``model:5``) holds which blob.
 
-Holders are strings such as ``dataset:3`` and ``model:5``. A blob no holder names is garbage and is
-deleted from the artifact store after the transaction that dropped its last reference commits.
-
-Blobs are content-addressed, so a writer may find the blob it needs already stored (a garbage blob
-with the same bytes) and rely on it before its own reference commits. Deleting garbage and committing
-new references are therefore mutually exclusive (:meth:`ArtifactRefRepository.lock_for_collection`,
-:meth:`ArtifactRefRepository.lock_for_commit`): a collector sees every reference committed before it
-looks, and a writer checks, under its lock, that every blob it references still exists
-(:meth:`service.db.uow.UnitOfWork.commit`); if one was collected first the writer rolls back and
-writes it again.
+A blob no holder names is garbage, deleted after the transaction dropping its last reference commits.
+Collecting garbage and committing new references exclude each other (:meth:`lock_for_collection` /
+:meth:`lock_for_commit`, one advisory lock), and a committing writer re-checks its blobs exist
+(:meth:`service.uow.UnitOfWork.commit`), since a put may have found a garbage blob with the same bytes.
 """
 
 from __future__ import annotations
@@ -31,11 +25,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _ATTEMPTS = 3
 
-# One Postgres advisory lock (an arbitrary 63-bit key, "lethe-gc" in ASCII) orders collectors and
-# writers across processes.
+# advisory lock key ("lethe-gc" in ASCII) ordering collectors and writers across processes
 COLLECTION_LOCK_KEY = 0x6C657468652D6763
 
-# Every update and completion runs these: built once (service.db.base, "Statements built once").
+# built once on the Core tables (docs/decisions.md, "Statements built once")
 _refs = table(ArtifactRef).c
 _RELEASE_ALL = delete(table(ArtifactRef)).where(_refs.holder == bindparam("holder")).returning(_refs.blob)
 _RELEASE = (
@@ -69,8 +62,8 @@ class ArtifactRefRepository:
             self.commit_locked = True
 
     def lock_for_collection(self) -> None:
-        """Exclusive of writers' commits until this transaction ends; later statements of the
-        transaction (READ COMMITTED) see every reference committed before the lock was granted."""
+        """Exclusive of writers' commits until this transaction ends (later statements see every
+        reference committed before)."""
         self._lock("pg_advisory_xact_lock")
 
     def _lock(self, function: str) -> None:
@@ -86,8 +79,7 @@ class ArtifactRefRepository:
         return set(self.session.scalars(_RELEASE, {"holder": holder, "blobs": blobs}))
 
     def unreferenced(self, blobs: Iterable[str]) -> set[str]:
-        """The blobs no committed (or this transaction's) reference holds. Deleting them is safe only
-        under :meth:`lock_for_collection`, taken before this call in the same transaction."""
+        """The blobs no visible reference holds; safe to delete only under :meth:`lock_for_collection`."""
         blobs = set(blobs)
         if not blobs:
             return set()
@@ -96,10 +88,8 @@ class ArtifactRefRepository:
 
 
 def rewrite_if_collected(attempt: Callable[[], T], *, job: str, detail: str = "") -> T:
-    """``attempt()``, run again when its commit raised :class:`BlobVanished` (nothing was committed).
-    ``attempt`` must put its blobs itself, so that the next run writes back what was collected; the
-    last run's BlobVanished propagates (three collisions in a row mean something else is wrong).
-    ``job`` labels the metric (a bounded set of names); ``detail`` goes to the log only."""
+    """``attempt()`` (which must put its own blobs), rerun on :class:`BlobVanished` up to 3 runs; the
+    last BlobVanished propagates. ``job`` labels the metric; ``detail`` goes to the log."""
     for n in range(1, _ATTEMPTS):
         try:
             return attempt()

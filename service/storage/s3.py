@@ -1,21 +1,11 @@
 """The artifact store on S3 or an S3-compatible object store (MinIO, Ceph, Cloudflare R2, ...).
 
-With more than one host (API and workers on different machines) a local directory is not shared;
-``LETHE_ARTIFACT_URL=s3://bucket/prefix`` puts every blob in one bucket instead, as the object
-``<prefix><sha256>``. Credentials and region come from boto3's usual chain (``AWS_ACCESS_KEY_ID`` and
-``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, an instance or pod role); ``LETHE_S3_ENDPOINT_URL`` points
-at a store other than AWS.
-
-The semantics are the local store's (:class:`service.storage.artifacts.LocalArtifactStore`):
-- a put returns once the object is stored (S3 acknowledges a PUT only when it is durable), and sends
-  the bytes' SHA-256 so that the store refuses a body damaged on the way (``ChecksumSHA256``);
-- a put of a blob already stored writes it again, which refreshes its ``LastModified``: that is how the
-  orphan sweep knows a writer is about to reference it (the local store touches the file's mtime);
-- the sweep deletes, inside the ``referenced`` scope (no reference can commit meanwhile), the blobs no
-  row holds whose ``LastModified`` is older than the grace and unchanged since the listing. S3 keeps
-  ``LastModified`` to the second, so a put in the same second as the listing can go unnoticed; the
-  writer's commit then finds the blob gone and writes it again (service.db.uow), as it does for a blob
-  collected as garbage. Nothing is lost either way; the check only spares that rewrite.
+Blobs are objects ``<prefix><sha256>`` (``LETHE_ARTIFACT_URL=s3://bucket/prefix``; credentials from
+boto3's chain; ``LETHE_S3_ENDPOINT_URL`` for non-AWS stores). Same semantics as
+:class:`service.storage.artifacts.LocalArtifactStore`: a put is durable when it returns (with
+``ChecksumSHA256``) and refreshes ``LastModified``; the sweep deletes unreferenced blobs whose
+``LastModified`` is past the grace and unchanged since listing (a missed same-second put is caught by
+the writer's commit check).
 """
 
 from __future__ import annotations
@@ -42,8 +32,7 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 
 
 def s3_client(endpoint_url: str | None, pool_size: int = 64) -> Any:
-    """A boto3 S3 client (thread-safe; one per process), with a connection pool as large as the API's
-    thread pool and the standard retry mode for throttling and transient errors."""
+    """A thread-safe boto3 S3 client with ``pool_size`` connections and standard retries."""
     try:
         import boto3
         from botocore.config import Config
@@ -93,8 +82,7 @@ class S3ArtifactStore:
             yield key[len(self.prefix) :]
 
     def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]:
-        """Delete the blobs ``referenced`` does not name that nobody put for ``older_than_seconds``;
-        returns their digests. Each batch is checked and deleted inside one ``referenced`` scope."""
+        """Delete unreferenced blobs not put for ``older_than_seconds``; returns their digests."""
         cutoff = time.time() - older_than_seconds
         candidates = {
             key[len(self.prefix) :]: modified

@@ -1,15 +1,9 @@
 """``SampleStatistics`` over the Redis hot store, with staged removals.
 
-A method's ``forget`` calls ``remove`` while it computes the update, before the service knows whether
-the transaction that records the new version will commit. So ``remove`` only *stages* removals in
-memory (every read in the same update sees them), and :meth:`RedisSampleStatistics.apply` writes them
-to Redis, under the model lock, once the version's rows are flushed. The statistics carry the sequence
-number of the version they belong to, so Redis ahead of a commit that then failed is detected and
-rebuilt. Per-owner sums always cover the owner's *remaining* samples, as in
-:class:`unlearning.methods.statistics.InMemorySampleStatistics`.
-
-Reads are batched: :meth:`prefetch_owners` loads the members and sums of every owner of a batch in one
-round trip, and removing a whole owner never reads its vectors.
+``remove`` only stages removals in memory (later reads see them); :meth:`RedisSampleStatistics.apply`
+writes them to Redis under the model lock, once the version's rows are flushed. Redis statistics carry
+their version's seq, so a Redis ahead of a failed commit is detected and rebuilt. Per-owner sums cover
+the owner's remaining samples, as :class:`unlearning.methods.statistics.InMemorySampleStatistics`.
 """
 
 from __future__ import annotations
@@ -30,12 +24,10 @@ class HotStoreLost(RuntimeError):
     """The statistics vanished from Redis during an update (a flush): rebuild and retry."""
 
 
-# A version's staged removals, written by Redis as one command if its statistics are still those of the
-# version the update read. KEYS: meta, vec, owner, osum, omem. ARGV: base seq, new seq, the number of removed
-# samples and their ids, the number of partly removed owners and (owner, sum, members) for each, then the
-# owners that leave whole. Returns 0, writing nothing, when the statistics are no longer those of base seq
-# (a flush or a rebuild since). Replaces WATCH, HGET, MULTI/EXEC: three round trips (bench/README.md,
-# item 33). Ids go to HDEL in slices: Lua's unpack is bounded by its C stack (some 8,000 values).
+# Atomically apply staged removals if meta.seq is still base seq (else return 0, writing nothing).
+# KEYS: meta, vec, owner, osum, omem. ARGV: base seq, new seq, n removed, their ids, n partly removed
+# owners, (owner, sum, members) each, then the owners leaving whole. HDEL in slices: Lua's unpack is
+# bounded by its C stack.
 _APPLY = """
 if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[1] then return 0 end
 local function hdel(key, first, last)
@@ -210,14 +202,9 @@ class RedisSampleStatistics:
         return None if seq is None else int(seq)
 
     def apply(self, base_seq: int, new_seq: int) -> None:
-        """Write the staged removals to Redis and mark the statistics as those of version ``new_seq``.
-
-        An owner whose samples all go is dropped whole (no vector read); for the others the removed
-        vectors are subtracted from the owner's sum. The write is one script (:data:`_APPLY`), which Redis
-        runs whole or not at all, checking the marker of ``base_seq`` first: if Redis was flushed (or
-        rebuilt) since the update read it, nothing is written and :class:`HotStoreLost` is raised (the
-        caller rolls back and retries after a rebuild).
-        """
+        """Atomically write the staged removals and mark the statistics as version ``new_seq``. Owners
+        leaving whole are dropped unread; others get their sums reduced. Raises :class:`HotStoreLost`,
+        writing nothing, if Redis no longer holds version ``base_seq``."""
         by_owner: dict[str, list[str]] = defaultdict(list)
         for sid, owner in self._removed.items():
             by_owner[owner].append(sid)
@@ -236,8 +223,7 @@ class RedisSampleStatistics:
     def _apply_args(
         self, by_owner: dict[str, list[str]], partial: dict[str, list[str]], base_seq: int, new_seq: int
     ) -> list[Any]:
-        """:data:`_APPLY`'s arguments: the sequence numbers, the removed samples, each partly removed
-        owner's new sum and members, and the owners that leave whole."""
+        """:data:`_APPLY`'s ARGV."""
         args: list[Any] = [base_seq, new_seq, len(self._removed), *self._removed, len(partial)]
         for owner, sids in partial.items():
             members, total = self._owners[owner]  # type: ignore[misc]
@@ -246,5 +232,4 @@ class RedisSampleStatistics:
             for sid in gone:
                 total -= self._vectors[sid]
             args += [owner, to_bytes(total), json.dumps([s for s in members if s not in gone])]
-        # Owners that leave whole: their sums and members go without a read (a burst drops hundreds).
         return args + [o for o in by_owner if o not in partial]

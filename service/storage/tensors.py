@@ -20,15 +20,8 @@ def _header(blob: bytes) -> tuple[int, dict[str, Any]]:
 
 
 def canonical(blob: bytes) -> bytes:
-    """The same safetensors file with its ``__metadata__`` keys in sorted order.
-
-    The safetensors writer keeps the metadata in a hash map whose iteration order changes from one
-    call to the next, so two encodings of the same arrays with more than one metadata entry could
-    differ in their header, and so in their digest: the artifact store would keep identical content
-    twice, and a version's blobs could not be reproduced byte for byte. The header is re-serialised
-    (sorted metadata, compact JSON, padded with spaces to the alignment); the data is left as it is,
-    and its offsets are relative to the end of the header, so they stay valid.
-    """
+    """The same safetensors file with a deterministic header (sorted ``__metadata__``, compact JSON,
+    space-padded), so equal content gets an equal digest; the data bytes are unchanged."""
     size, header = _header(blob)
     if "__metadata__" in header:
         header["__metadata__"] = dict(sorted(header["__metadata__"].items()))

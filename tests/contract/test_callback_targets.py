@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
-from service.jobs import callback_targets
+from service import callback_targets
 from service.runtime import Runtime
 
 

@@ -24,7 +24,7 @@ import pytest
 from bench.stack import api_process
 from lethe_cli import main
 from lethe_cli.commands.models import hyperparameter, model_body
-from service.receipts.signing import ReceiptSigner, b64url, new_seed, parse_seed
+from service.signing import ReceiptSigner, b64url, new_seed, parse_seed
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

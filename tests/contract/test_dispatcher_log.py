@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from service.outbox.dispatcher import Dispatcher
-from service.settings import Settings
 from tests.contract.conftest import embedded_runtime_in
 
 
@@ -18,8 +17,7 @@ def test_a_failing_pass_logs_its_traceback_once_then_one_line_and_its_recovery(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runtime = embedded_runtime_in(tmp_path)
-    runtime.settings = Settings(**{**runtime.settings.model_dump(), "dispatcher_interval_seconds": 0.01})
-    dispatcher = Dispatcher(runtime)
+    dispatcher = Dispatcher(runtime.sessions, runtime.queue, interval_seconds=0.01)
     failures = iter([RuntimeError("database unreachable")] * 5 + [OSError("disk full")] * 2)
 
     def dispatch_due() -> int:
@@ -29,8 +27,6 @@ def test_a_failing_pass_logs_its_traceback_once_then_one_line_and_its_recovery(
         return 0
 
     monkeypatch.setattr(dispatcher, "dispatch_due", dispatch_due)
-    monkeypatch.setattr(dispatcher, "sweep", lambda: None)
-    monkeypatch.setattr(dispatcher, "_sweep_orphans_aside", lambda: None)
     with caplog.at_level(logging.INFO, logger="service.outbox.dispatcher"):
         dispatcher.start()
         deadline = time.monotonic() + 10

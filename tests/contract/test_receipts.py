@@ -14,8 +14,8 @@ from sqlalchemy import update
 
 from service.db.tables import AuditEvent
 from service.receipts.__main__ import main as receipts_cli
-from service.receipts.signing import ReceiptSigner, new_seed, parse_public_key, parse_seed, verify
 from service.runtime import Runtime
+from service.signing import ReceiptSigner, new_seed, parse_public_key, parse_seed, verify
 from tests.contract.conftest import api_error, forget_owner, hold_model
 
 

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select
 
 from service.db.tables import ArtifactRef
-from service.jobs import training, updates
+from service.jobs import drain, training
 from service.runtime import Runtime
 
 
@@ -66,13 +66,13 @@ def test_persistent_update_fault_fails_requests_with_the_reason(
     def broken(rt: Runtime, model_id: int) -> None:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(updates, "_drain", broken)
+    monkeypatch.setattr(drain, "_drain", broken)
     request_id = _submit(embedded, "owner-00003")
     for _ in range(10):  # the in-process worker may take some of these attempts itself
         if _state(embedded, request_id)["state"] == "failed":
             break
         with pytest.raises(RuntimeError, match="disk on fire"):
-            updates.apply_deletions(embedded_runtime, 1)
+            drain.apply_deletions(embedded_runtime, 1)
     failed = _state(embedded, request_id)
     assert failed["state"] == "failed" and "disk on fire" in failed["failure_reason"]
     assert embedded.get("/v1/models/1").json()["current_version"] == before

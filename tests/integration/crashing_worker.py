@@ -22,12 +22,13 @@ import signal
 import sys
 from typing import Any
 
-from service.jobs import updates
+from service.jobs import update_round
 from service.storage.statistics import RedisSampleStatistics
 
 CRASH_POINTS: dict[str, tuple[object, str]] = {
     "before_commit": (RedisSampleStatistics, "apply"),
-    "after_commit": (updates, "finish_sent"),  # the completion a round hands its unit of work on to
+    # the completion, in the unit of work of the round that committed the version
+    "after_commit": (update_round, "complete_in_round_transaction"),
 }
 
 

@@ -91,7 +91,7 @@ def test_tampering_is_detected(client: Client, runtime: Runtime) -> None:
 
 
 def test_a_receipt_on_postgres_verifies_and_names_the_logged_event(client: Client) -> None:
-    from service.receipts.signing import verify
+    from service.signing import verify
 
     model_id = client.trained(n=60, samples_per_owner=3)
     request = client.done(client.delete(model_id, owner_ids=["owner-00002"])["id"])

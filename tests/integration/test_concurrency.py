@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from service.jobs import updates
-from service.jobs.updates import apply_deletions
+from service.jobs import update_round
+from service.jobs.drain import apply_deletions
 from service.runtime import Runtime
 from tests.integration.conftest import Client, deployment_of_its_own, key
 from tests.integration.invariants import assert_applied_exactly_once
@@ -95,15 +95,15 @@ def test_a_request_committed_while_a_drain_holds_the_claim_is_drained_by_it(
         ids = [int(client.delete(model_id, owner_ids=[f"owner-{i:05d}"])["id"]) for i in range(2)]
         assert not runtime.hot.claim_update(model_id)  # their job's claim, still held
 
-        # On Postgres a round's completion goes on in the round's unit of work (finish_sent).
-        finish_sent = updates.finish_sent
+        # A round's completion goes on in the round's unit of work (complete_in_round_transaction).
+        complete_in_round_transaction = update_round.complete_in_round_transaction
 
         def finish_while_a_request_arrives(*args: Any, **kwargs: Any) -> None:
             if len(ids) == 2:
                 ids.append(int(client.delete(model_id, owner_ids=["owner-00002"])["id"]))
-            finish_sent(*args, **kwargs)
+            complete_in_round_transaction(*args, **kwargs)
 
-        monkeypatch.setattr(updates, "finish_sent", finish_while_a_request_arrives)
+        monkeypatch.setattr(update_round, "complete_in_round_transaction", finish_while_a_request_arrives)
         apply_deletions(runtime, model_id)
 
         done = [client.deletion(i) for i in ids]
@@ -143,7 +143,7 @@ def test_a_request_committed_just_before_the_drain_lets_go_of_the_claim_is_drain
 def test_a_drain_s_next_round_reads_its_queue_with_the_previous_completion_s_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On Postgres each completion sends the next round's reads with its COMMIT, in a new transaction the
+    """Each completion starts the next round's lock with its COMMIT, in a new transaction the
     next round then runs in: a drain of three one-request rounds reads the queue in a round trip of its
     own once (the first round), and the two later rounds and the last look, which finds the queue empty,
     read what the completions sent. No worker runs in this deployment: the test runs the job itself."""
@@ -151,10 +151,10 @@ def test_a_drain_s_next_round_reads_its_queue_with_the_previous_completion_s_com
         client, runtime = deployment.client, deployment.runtime
         model_id = deployment.trained_model()
         ids = [int(client.delete(model_id, owner_ids=[f"owner-{i:05d}"])["id"]) for i in range(3)]
-        calls: dict[str, int] = {"lock_round": 0, "read_round": 0}
+        calls: dict[str, int] = {"lock_round": 0, "finish_lock_round": 0}
 
         def counted(name: str) -> Any:
-            original = getattr(updates, name)
+            original = getattr(update_round, name)
 
             def call(*args: Any, **kwargs: Any) -> Any:
                 calls[name] += 1
@@ -163,13 +163,13 @@ def test_a_drain_s_next_round_reads_its_queue_with_the_previous_completion_s_com
             return call
 
         for name in calls:
-            monkeypatch.setattr(updates, name, counted(name))
+            monkeypatch.setattr(update_round, name, counted(name))
         apply_deletions(runtime, model_id)
         monkeypatch.undo()
 
         done = [client.deletion(i) for i in ids]
         assert [d["state"] for d in done] == ["completed"] * 3
         assert [d["version"]["seq"] for d in done] == [2, 3, 4]
-        assert calls == {"lock_round": 1, "read_round": 3}
+        assert calls == {"lock_round": 1, "finish_lock_round": 3}
         assert runtime.hot.claim_update(model_id)  # the drain let go of the claim
         runtime.hot.release_update(model_id)

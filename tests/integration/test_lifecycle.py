@@ -47,7 +47,7 @@ class _Hook:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         # A name, not an address: the worker resolves it, checks the address against the allowed networks
-        # (service.jobs.callback_targets) and connects to that address with the name in the Host header.
+        # (service.callback_targets) and connects to that address with the name in the Host header.
         self.host = f"localhost:{self.server.server_address[1]}"
         self.url = f"http://{self.host}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

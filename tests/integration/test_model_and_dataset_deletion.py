@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from service.db.tables import ArtifactRef, Sample
-from service.jobs.reconcile import reconcile
+from service.maintenance import reconcile
 from service.models import retirement
 from service.runtime import Runtime
 from tests.integration.conftest import Client, Deployment, key, wait_for

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from service.db.tables import DeletionRequest, Model
-from service.jobs.reconcile import sweep_orphans
+from service.maintenance import sweep_orphans
 from service.runtime import Runtime
 from service.storage.buckets import digests
 from tests.integration.conftest import Client, wait_for

@@ -1,4 +1,4 @@
-"""A (re)training leaves Postgres' statistics knowing the rows it loaded in bulk (service.db.uow), so the
+"""A (re)training leaves Postgres' statistics knowing the rows it loaded in bulk (service.uow), so the
 deletions that follow are planned from them rather than from an empty table."""
 
 from __future__ import annotations

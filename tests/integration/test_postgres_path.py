@@ -1,4 +1,4 @@
-"""The round's pipelined reads on Postgres (service.jobs.postgres_path.lock_round): the rows it reads
+"""The round's pipelined reads on Postgres (service.jobs.round_repository.lock_round): the rows it reads
 become the session's objects (changes to them are flushed, as to objects the ORM loaded), the model's
 row stays locked until the transaction ends, as ModelRepository.lock leaves it, and its manifests are
 read only when the row changed since this process noted them; a commit sent in a pipeline; a round's
@@ -18,11 +18,12 @@ from sqlalchemy.orm import object_session
 
 from service.db.base import utcnow
 from service.db.tables import IdempotencyKey
-from service.db.uow import UnitOfWork
-from service.jobs import updates
-from service.jobs.postgres_path import complete_version, lock_round
+from service.jobs import drain, update_round
+from service.jobs.completion_repository import complete_version
+from service.jobs.round_repository import lock_round
 from service.jobs.state import KnownManifests
 from service.runtime import Runtime
+from service.uow import UnitOfWork
 from tests.integration.conftest import Client, deployment_of_its_own
 
 pytestmark = pytest.mark.integration
@@ -218,7 +219,7 @@ def test_a_round_commits_with_its_writes_and_its_completion_s_reads_come_back_wi
         trained = _current_version(runtime, model_id)
         request_id = int(client.delete(model_id, owner_ids=["owner-00000"])["id"])
         seen: list[tuple[psycopg.pq.TransactionStatus, int | None, str, bool]] = []
-        finish_sent = updates.finish_sent
+        complete_in_round_transaction = update_round.complete_in_round_transaction
         database = runtime.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
         def observed(rt: Runtime, uow: UnitOfWork, *args: Any) -> None:
@@ -241,10 +242,10 @@ def test_a_round_commits_with_its_writes_and_its_completion_s_reads_come_back_wi
                         locked,
                     )
                 )  # type: ignore[index]
-            finish_sent(rt, uow, *args)
+            complete_in_round_transaction(rt, uow, *args)
 
-        monkeypatch.setattr(updates, "finish_sent", observed)
-        updates.apply_deletions(runtime, model_id)
+        monkeypatch.setattr(update_round, "complete_in_round_transaction", observed)
+        drain.apply_deletions(runtime, model_id)
         monkeypatch.undo()
 
         assert client.deletion(request_id)["state"] == "completed"
@@ -265,7 +266,7 @@ def test_a_round_whose_new_blob_was_collected_before_the_commit_lock_writes_it_a
         trained = _current_version(runtime, model_id)
         request = client.delete(model_id, owner_ids=["owner-00001"])
         released: list[str] = []
-        release_after_forget = updates.release_after_forget
+        release_after_forget = update_round.release_after_forget
 
         def collected_once(*args: Any, **kwargs: Any) -> Any:
             release = release_after_forget(*args, **kwargs)
@@ -275,8 +276,8 @@ def test_a_round_whose_new_blob_was_collected_before_the_commit_lock_writes_it_a
                 runtime.cache.forget([release.released_blob])
             return release
 
-        monkeypatch.setattr(updates, "release_after_forget", collected_once)
-        updates.apply_deletions(runtime, model_id)
+        monkeypatch.setattr(update_round, "release_after_forget", collected_once)
+        drain.apply_deletions(runtime, model_id)
         monkeypatch.undo()
 
         assert len(released) == 2 and released[0] == released[1]  # the same bytes, written again

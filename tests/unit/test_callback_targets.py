@@ -1,4 +1,4 @@
-"""Where callbacks may go (service.jobs.callback_targets): public addresses, and allowed networks only;
+"""Where callbacks may go (service.callback_targets): public addresses, and allowed networks only;
 and how they are signed (service.jobs.callbacks.sign)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import ipaddress
 
 import pytest
 
-from service.jobs.callback_targets import (
+from service.callback_targets import (
     CallbackRefused,
     address_allowed,
     literal_problem,

@@ -16,11 +16,17 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from unlearning.data import Dataset
-from unlearning.methods import hessian_free, langevin, mini_unlearning, newton_tabular
+from unlearning.device import default_device
+from unlearning.methods import hessian_free, newton_tabular
+from unlearning.methods.langevin.batching import gather_batches
+from unlearning.methods.langevin.defaults import burn_in_step_budget, derived_feature_bound, derived_l2
+from unlearning.methods.langevin.problem import LogisticProblem
+from unlearning.methods.mini_unlearning import method as mini_method
 from unlearning.methods.protocol import ForgetRequest, PrivacyTarget
 from unlearning.methods.registry import get_method
 from unlearning.models import build_model
-from unlearning.privacy import langevin_accountant as acc
+from unlearning.privacy.langevin.constants import PNSGDConstants
+from unlearning.privacy.langevin.distance import epochs_to_converge
 from unlearning.sgd_defaults import SGDRule, mean_squared_row_norm, resolve_sgd
 
 AUDITED = PrivacyTarget(epsilon=1.0, delta=1e-5, release_mode="audited")
@@ -61,10 +67,10 @@ def test_hessian_free_rule_for_a_small_and_a_large_table() -> None:
 
 
 def test_mini_unlearning_rule_for_a_small_and_a_large_table() -> None:
-    defaults = mini_unlearning.MiniUnlearning().default_config()
-    small = resolve_sgd(defaults, SMALL, mini_unlearning.SGD_RULE)
+    defaults = mini_method.MiniUnlearning().default_config()
+    small = resolve_sgd(defaults, SMALL, mini_method.SGD_RULE)
     assert (small["batch_size"], small["epochs"], small["lr_decay"]) == (112, 1000, 1.0)
-    large = resolve_sgd(defaults, LARGE, mini_unlearning.SGD_RULE)
+    large = resolve_sgd(defaults, LARGE, mini_method.SGD_RULE)
     assert (large["batch_size"], large["epochs"]) == (256, math.ceil(2000 / math.ceil(100_000 / 256)))
     assert large["l2"] == pytest.approx(1e-5) and large["lr_decay"] == 1.0
 
@@ -114,33 +120,33 @@ def test_mini_unlearning_records_the_resolved_values_and_forgets_with_them() -> 
 # ------------------------------------------------------------------------------------------ Langevin
 def test_langevin_feature_bound_is_the_90_percent_quantile_and_clips_the_rest() -> None:
     norms = np.arange(1.0, 11.0)
-    assert langevin.derived_feature_bound(norms, False) == pytest.approx(np.quantile(norms, 0.9))
-    assert langevin.derived_feature_bound(norms, True) == pytest.approx(math.sqrt(np.quantile(norms, 0.9) ** 2 + 1))
-    assert langevin.derived_feature_bound(np.array([0.0] * 19 + [5.0]), False) == 5.0  # quantile 0: the max
+    assert derived_feature_bound(norms, False) == pytest.approx(np.quantile(norms, 0.9))
+    assert derived_feature_bound(norms, True) == pytest.approx(math.sqrt(np.quantile(norms, 0.9) ** 2 + 1))
+    assert derived_feature_bound(np.array([0.0] * 19 + [5.0]), False) == 5.0  # quantile 0: the max
     data = _table(200, 3)
     big = Dataset(data.sample_ids, data.owner_ids, data.features * np.float32(10), data.labels, 2)
     state, _ = _inner("langevin").fit(big, {"epochs": 2}, CERTIFIED, seed=0)
-    problem = langevin.LogisticProblem.from_dict(state.accounting)
+    problem = LogisticProblem.from_dict(state.accounting)
     assert problem.row_clip and problem.intercept
-    rows = langevin.gather_batches(big, [np.arange(len(big))], problem, langevin.default_device())[0][0]
+    rows = gather_batches(big, [np.arange(len(big))], problem, default_device())[0][0]
     assert float(rows.norm(dim=1).max()) == pytest.approx(problem.feature_bound, rel=1e-9)
 
 
 def test_langevin_step_budget_and_l2_rule() -> None:
-    assert [langevin.burn_in_step_budget(n) for n in (100, 8_000, 10**6)] == [50_000, 80_000, 200_000]
+    assert [burn_in_step_budget(n) for n in (100, 8_000, 10**6)] == [50_000, 80_000, 200_000]
     # A small table at a modest smoothness fits its burn-in at lam = 1/n ...
-    assert langevin.derived_l2(112, 2.0, 3.0, 112, 112, 100.0, 1e-3) == pytest.approx(1 / 112)
+    assert derived_l2(112, 2.0, 3.0, 112, 112, 100.0, 1e-3) == pytest.approx(1 / 112)
     # ... a large one does not: lam rises until the burn-in takes at most S noisy steps.
     n, b, smooth = 70_000, 128, 40.0
     slots = math.ceil(n / b) * b
-    lam = langevin.derived_l2(n, smooth, 13.0, slots, b, 100.0, 1e-3)
+    lam = derived_l2(n, smooth, 13.0, slots, b, 100.0, 1e-3)
     assert lam > 1 / n
 
     def steps(m: float) -> int:
-        const = acc.PNSGDConstants(slots, b, 1 / (smooth + m), m, 13.0, 100.0, smooth + m)
-        return const.batches * acc.epochs_to_converge(const, 1e-3)
+        const = PNSGDConstants(slots, b, 1 / (smooth + m), m, 13.0, 100.0, smooth + m)
+        return const.batches * epochs_to_converge(const, 1e-3)
 
-    assert steps(lam) <= langevin.burn_in_step_budget(n) < steps(lam * 0.99)
+    assert steps(lam) <= burn_in_step_budget(n) < steps(lam * 0.99)
 
 
 def test_langevin_small_table_trains_in_seconds_and_records_what_it_derived() -> None:
@@ -150,7 +156,7 @@ def test_langevin_small_table_trains_in_seconds_and_records_what_it_derived() ->
     state, cert = method.fit(data, {}, CERTIFIED, seed=0)
     account = state.accounting
     assert account["l2"] == pytest.approx(1 / 300) and account["row_clip"] is True
-    assert account["burn_in_epochs"] * account["batches"] <= langevin.burn_in_step_budget(300)
+    assert account["burn_in_epochs"] * account["batches"] <= burn_in_step_budget(300)
     assert method.verify_certificate(cert) == []
     given, _ = method.fit(data, {"l2": 0.05, "feature_bound": 10.0}, CERTIFIED, seed=0)
     assert given.accounting["l2"] == 0.05 and given.accounting["feature_bound"] == 10.0

@@ -1,4 +1,4 @@
-"""service.jobs.updates.Drains: a model's update jobs in one process run as one drain at a time, and a
+"""service.jobs.drain.Drains: a model's update jobs in one process run as one drain at a time, and a
 job that arrives during a drain makes it pass over the queue once more instead of running beside it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from service.jobs.updates import Drains
+from service.jobs.drain import Drains
 
 
 def test_a_job_arriving_during_a_drain_is_left_to_it_and_makes_it_pass_again() -> None:

@@ -20,7 +20,7 @@ from unlearning.data.graphs.codecs import (
     node_graph_to_arrays,
 )
 from unlearning.data.graphs.tu import load_tu_text
-from unlearning.data.limits import MAX_CLASSES
+from unlearning.data.limits import MAX_CLASSES, ReadLimits
 from unlearning.errors import InvalidDatasetError
 
 TOY = "2\n3 5\n0 1 1\n2 2 0 2\n0 1 1\n2 7\n1 1 1\n1 1 0\n"
@@ -188,7 +188,7 @@ def test_tu_attributes_are_kept_when_every_node_has_them_and_refused_otherwise(t
 def test_a_tu_upload_names_the_file_once(tmp_path: Path) -> None:
     path = _tu(tmp_path, "1\n2 0\n0 2 1\n0 1 0\n")
     with pytest.raises(ApiError) as info:
-        upload.parse(path, "tu", "set.txt", None, 10 * 1024 * 1024)
+        upload.parse(path, "tu", "set.txt", None, ReadLimits(max_bytes=10 * 1024 * 1024))
     assert info.value.status == 422 and "line 3" in info.value.message
     assert info.value.message.count("set.txt") == 1, info.value.message
 

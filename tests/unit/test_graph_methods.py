@@ -26,7 +26,7 @@ from unlearning.methods import graph_node_newton as gnn
 from unlearning.methods.protocol import BudgetPolicy, ForgetRequest, MethodState, PrivacyTarget
 from unlearning.methods.registry import get_method
 from unlearning.models.scattering import embed_graph, node_signal
-from unlearning.newton_removal import DenseDesign, Objective, draw_noise, signed_targets, train_perturbed
+from unlearning.newton import DenseDesign, Objective, draw_noise, signed_targets, train_perturbed
 
 CERTIFIED = PrivacyTarget(epsilon=1.0, delta=1e-4, release_mode="certified")
 AUDITED = PrivacyTarget(epsilon=1.0, delta=1e-4, release_mode="audited")

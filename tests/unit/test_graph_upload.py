@@ -17,9 +17,10 @@ from service.graphs.storage import ERASED_PREFIX, decode_graph, encode_graph, si
 from unlearning.data.graphs.codecs import node_graph_to_arrays, save_npz
 from unlearning.data.graphs.node_graph import NodeGraph
 from unlearning.data.graphs.tu import load_tu_text
+from unlearning.data.limits import ReadLimits
 from unlearning.methods.protocol import ForgetRequest
 
-LIMIT = 10 * 1024 * 1024
+LIMIT = ReadLimits(max_bytes=10 * 1024 * 1024)
 
 
 def _node_graph_json() -> dict:

@@ -24,12 +24,17 @@ from unlearning.errors import (
     UnknownSampleError,
     UnsupportedRequestError,
 )
-from unlearning.methods.langevin import Langevin, LogisticProblem, project
+from unlearning.methods.langevin.accounting import LangevinAccounting
+from unlearning.methods.langevin.method import Langevin
+from unlearning.methods.langevin.noisy_sgd import project
+from unlearning.methods.langevin.problem import LogisticProblem
 from unlearning.methods.protocol import BudgetPolicy, ForgetRequest, MethodState, PrivacyTarget
 from unlearning.methods.registry import get_method
 from unlearning.methods.table_model import TableModel
 from unlearning.models import build_model
-from unlearning.privacy import langevin_accountant as acc
+from unlearning.privacy.langevin.constants import PNSGDConstants
+from unlearning.privacy.langevin.distance import epochs_to_converge, stationarity_gap, z_single
+from unlearning.privacy.langevin.sequential import charge_request
 
 PRIVACY = PrivacyTarget(epsilon=1.0, delta=1e-3, release_mode="certified")
 CONFIG = {"batch_size": 16, "l2": 0.05, "sigma": 0.02, "intercept": False}
@@ -131,7 +136,7 @@ def test_fit_learns_and_records_the_converged_regime(
     method: Langevin, binary: Dataset, fitted: MethodState
 ) -> None:
     account = fitted.accounting
-    const = acc.PNSGDConstants(
+    const = PNSGDConstants(
         account["slots"],
         account["batch_size"],
         account["eta"],
@@ -141,9 +146,9 @@ def test_fit_learns_and_records_the_converged_regime(
         account["smoothness"],
     )
     T = account["burn_in_epochs"]
-    assert T == acc.epochs_to_converge(const, 1e-3)
-    assert account["z_out"] == pytest.approx(acc.stationarity_gap(const, T))
-    assert account["z_out"] <= 1e-3 * acc.z_single(const)
+    assert T == epochs_to_converge(const, 1e-3)
+    assert account["z_out"] == pytest.approx(stationarity_gap(const, T))
+    assert account["z_out"] <= 1e-3 * z_single(const)
     assert account["eta"] == pytest.approx(1.0 / (0.25 + 0.05))  # unit rows: L = 1/4 + lam, eta = 1/L
     assert account["train_accuracy"] > 0.9
     assert account["slots"] == account["batches"] * account["batch_size"] >= len(binary)
@@ -185,7 +190,7 @@ def test_forget_runs_the_accountants_k_from_the_current_weights(
 ) -> None:
     out = _forget(method, fitted, binary, binary.sample_ids[0])
     cert = out.certificate
-    const = acc.PNSGDConstants(
+    const = PNSGDConstants(
         cert.inputs["slots"],
         cert.inputs["batch_size"],
         cert.inputs["eta"],
@@ -193,7 +198,7 @@ def test_forget_runs_the_accountants_k_from_the_current_weights(
         cert.inputs["clip"],
         cert.inputs["radius"],
     )
-    expected = acc.charge_request(const, 0.02, fitted.accounting["z_out"], 1, 1.0, 1e-3)
+    expected = charge_request(const, 0.02, fitted.accounting["z_out"], 1, 1.0, 1e-3)
     assert cert.inputs["epochs"] == expected.epochs and cert.bound == pytest.approx(expected.z_in)
     assert cert.epsilon == pytest.approx(expected.loss.epsilon) and cert.epsilon <= 1.0
     assert cert.measured["gradient_evaluations"] == expected.epochs * (len(binary) - 1)
@@ -227,8 +232,8 @@ def test_sequential_requests_follow_the_z_recursion(
         out = _forget(method, state, data, sid)
         state, data = out.state, data.without([sid])
         certs.append(out.certificate)
-    zb = acc.z_single(
-        acc.PNSGDConstants(
+    zb = z_single(
+        PNSGDConstants(
             state.accounting["slots"],
             state.accounting["batch_size"],
             state.accounting["eta"],
@@ -264,6 +269,30 @@ def test_state_survives_the_services_json_storage(
     json.dumps(a.state.accounting)
     assert a.certificate.inputs == b.certificate.inputs and a.certificate.epsilon == b.certificate.epsilon
 
+
+
+STORED_KEYS = (
+    "num_classes", "num_features", "intercept", "l2", "clip", "feature_bound", "row_clip", "slots", "batch_size",
+    "batches", "requested_batch_size", "eta", "smoothness", "radius", "sigma", "sigma_source", "pabi", "conversion",
+    "max_unlearning_epochs", "burn_in_epochs", "stationarity_gap", "z_out", "deleted_count", "train_size", "requests",
+    "unlearning_epochs_total", "gradient_evaluations_fit", "gradient_evaluations_unlearning", "partition_seed",
+    "training_seed", "live_digest", "seconds_fit", "train_accuracy",
+)
+
+
+def test_typed_accounting_reads_and_writes_the_stored_json_keys(
+    method: Langevin, fitted: MethodState, binary: Dataset
+) -> None:
+    """Stored versions keep loading: the typed accounting writes exactly the keys they carry, passes the
+    keys of other layers (the table wrapper's) through, and reads a version recorded before ``row_clip``."""
+    assert tuple(fitted.accounting) == STORED_KEYS
+    stored = {**json.loads(json.dumps(fitted.accounting)), "feature_transform": {"scaling": "none"}, "quality": None}
+    account = LangevinAccounting.from_dict(stored)
+    assert account.to_dict() == stored and list(account.to_dict()) == list(stored)
+    after = _forget(method, replace(fitted, accounting=stored), binary, binary.sample_ids[2]).state.accounting
+    assert set(after) == set(stored) and after["feature_transform"] == {"scaling": "none"}
+    older = {k: v for k, v in stored.items() if k != "row_clip"}
+    assert LangevinAccounting.from_dict(older).problem.row_clip is False
 
 def test_owners_expand_to_their_remaining_samples(
     method: Langevin, fitted: MethodState, binary: Dataset

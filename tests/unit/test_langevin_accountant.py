@@ -17,8 +17,27 @@ from bench.baselines.descent_to_delete import (
     sigma_with_state,
 )
 from unlearning.errors import InvalidConfigError
-from unlearning.privacy import langevin_accountant as acc
-from unlearning.privacy.langevin_accountant import PNSGDConstants
+from unlearning.privacy.langevin.calibration import (
+    least_epochs,
+    least_epochs_finite_training,
+    sigma_for_epochs,
+    sigma_for_epochs_finite_training,
+    steady_state_sigma,
+    table3_sigma,
+)
+from unlearning.privacy.langevin.constants import PNSGDConstants
+from unlearning.privacy.langevin.distance import epochs_to_converge, stationarity_gap, z_batch, z_single
+from unlearning.privacy.langevin.lu_baseline import lu_sequential_epochs
+from unlearning.privacy.langevin.renyi import (
+    dp_from_linear_rdp,
+    dp_from_rdp_curve,
+    dp_from_weak_triangle_rdp,
+    epsilon_converged,
+    epsilon_finite_training,
+    log_pabi_factor,
+    renyi_epsilon,
+)
+from unlearning.privacy.langevin.sequential import sequential_plan
 
 MNIST = (11264, 0.011264, 784)  # n (after the paper's trim), lam = 1e-6 n, d
 CIFAR = (9728, 0.009728, 512)
@@ -68,7 +87,7 @@ def test_a1_a2_contraction_and_step_size(name: str, c: float, eta: float) -> Non
     ],
 )
 def test_a3_a4_algorithm8_z_b(name: str, expected: tuple[float, ...]) -> None:
-    got = tuple(round(acc.z_single(const(name, b)), 7) for b in (32, 128, 512, "full"))
+    got = tuple(round(z_single(const(name, b)), 7) for b in (32, 128, 512, "full"))
     assert got == expected
 
 
@@ -79,7 +98,7 @@ def test_a5_table3_by_the_papers_bisection(name: str, b: int | str) -> None:
     T = 30 epochs (b = 128) / 3000 (full batch), delta = 1/n: every entry to the printed 4 decimals."""
     k = const(name, b, R=100.0)
     T = 30 if b == 128 else 3000
-    got = tuple(truncate4(acc.table3_sigma(k, e, delta(name), T)) for e in EPSILONS)
+    got = tuple(truncate4(table3_sigma(k, e, delta(name), T)) for e in EPSILONS)
     assert got == TABLE3[(name, b)]
 
 
@@ -87,9 +106,9 @@ def test_a5_table3_by_the_papers_bisection(name: str, b: int | str) -> None:
 def test_a5_table3_closed_form_agrees_and_projection_is_irrelevant(name: str, b: int | str) -> None:
     T = 30 if b == 128 else 3000
     with_r = [
-        acc.sigma_for_epochs_finite_training(const(name, b, R=100.0), e, delta(name), T) for e in EPSILONS
+        sigma_for_epochs_finite_training(const(name, b, R=100.0), e, delta(name), T) for e in EPSILONS
     ]
-    without_r = [acc.sigma_for_epochs_finite_training(const(name, b), e, delta(name), T) for e in EPSILONS]
+    without_r = [sigma_for_epochs_finite_training(const(name, b), e, delta(name), T) for e in EPSILONS]
     assert tuple(truncate4(s) for s in with_r) == TABLE3[(name, b)]
     assert with_r == pytest.approx(without_r, rel=1e-12)  # the 2R c^(TN) terms are ~e^-116: the code's R = 0
 
@@ -97,8 +116,8 @@ def test_a5_table3_closed_form_agrees_and_projection_is_irrelevant(name: str, b:
 def test_table3_needs_the_finite_T_bound_not_the_converged_one() -> None:
     """Digest 5.2: Cor 3.8 gives a visibly smaller sigma (0.0029 vs 0.0041 at MNIST b=128, eps=1)."""
     k = const("mnist", 128, R=100.0)
-    assert round(acc.sigma_for_epochs(k, 1.0, delta("mnist")), 4) == 0.0029
-    assert truncate4(acc.sigma_for_epochs_finite_training(k, 1.0, delta("mnist"), 30)) == 0.0041
+    assert round(sigma_for_epochs(k, 1.0, delta("mnist")), 4) == 0.0029
+    assert truncate4(sigma_for_epochs_finite_training(k, 1.0, delta("mnist"), 30)) == 0.0041
 
 
 # -------------------------------------------------------------------------------------------- A6-A8
@@ -112,7 +131,7 @@ def test_table3_needs_the_finite_T_bound_not_the_converged_one() -> None:
     ],
 )
 def test_a6_a8_converged_closed_form_sigma(name: str, b: int | str, expected: tuple[float, ...]) -> None:
-    got = tuple(round(acc.sigma_for_epochs(const(name, b), e, delta(name)), 4) for e in EPSILONS)
+    got = tuple(round(sigma_for_epochs(const(name, b), e, delta(name)), 4) for e in EPSILONS)
     assert got == expected
 
 
@@ -120,7 +139,7 @@ def test_a6_a8_converged_closed_form_sigma(name: str, b: int | str, expected: tu
 def _plan(
     name: str, b: int | str, sigma: float, pabi: str, eps: float = 1.0, requests: int = 100
 ) -> list[int]:
-    charges = acc.sequential_plan(const(name, b), sigma, eps, delta(name), [1] * requests, pabi=pabi)  # type: ignore[arg-type]
+    charges = sequential_plan(const(name, b), sigma, eps, delta(name), [1] * requests, pabi=pabi)  # type: ignore[arg-type]
     return [c.epochs for c in charges]
 
 
@@ -143,10 +162,10 @@ def test_a9_a10_sequential_tight_k_lists_match_the_official_logs(
 
 
 def test_a11_z_trace_follows_the_thm311_recursion() -> None:
-    charges = acc.sequential_plan(const("mnist", 128), 0.01, 1.0, delta("mnist"), [1] * 4, pabi="tight")
+    charges = sequential_plan(const("mnist", 128), 0.01, 1.0, delta("mnist"), [1] * 4, pabi="tight")
     assert [round(c.z_in, 8) for c in charges] == [0.0610688, 0.06233219, 0.06235833, 0.06235887]
     for prev, nxt in itertools.pairwise(charges):
-        assert nxt.z_in == pytest.approx(prev.z_out + acc.z_single(const("mnist", 128)), rel=1e-14)
+        assert nxt.z_in == pytest.approx(prev.z_out + z_single(const("mnist", 128)), rel=1e-14)
 
 
 @pytest.mark.parametrize(
@@ -171,7 +190,7 @@ def test_a12_fig3b_setting_sigma_003(
 def test_constant_z_b_of_the_printed_algorithm7_understates_sequential_cost() -> None:
     """Algorithms 6-8 as printed use Z_B for every request; the recursion needs more epochs (A12: 18 vs 4)."""
     k = const("mnist", "full")
-    printed = acc.least_epochs(k, 0.03, acc.z_single(k), 1.0, delta("mnist"))
+    printed = least_epochs(k, 0.03, z_single(k), 1.0, delta("mnist"))
     assert printed == 4 and max(_plan("mnist", "full", 0.03, "paper", requests=5)) == 18
 
 
@@ -205,7 +224,7 @@ def test_a13_gamma() -> None:
 )
 def test_a14_lu_baseline_recursion(name: str, expected: list[int] | None, total: int) -> None:
     k = const(name, "full")
-    ks = acc.lu_sequential_epochs(SETTINGS[name][0], k.eta, k.m, 1.0, 0.03, 1.0, delta(name), 10, size=10)
+    ks = lu_sequential_epochs(SETTINGS[name][0], k.eta, k.m, 1.0, 0.03, 1.0, delta(name), 10, size=10)
     assert sum(ks) == total and (expected is None or ks == expected)
 
 
@@ -243,7 +262,7 @@ def test_more_unlearning_epochs_never_increase_epsilon(pabi: str, conversion: st
     for b in (32, 128, "full"):
         k = const("mnist", b)
         eps = [
-            acc.epsilon_converged(k, 0.03, K, acc.z_single(k), 1e-4, pabi, conversion).epsilon  # type: ignore[arg-type]
+            epsilon_converged(k, 0.03, K, z_single(k), 1e-4, pabi, conversion).epsilon  # type: ignore[arg-type]
             for K in range(1, 40)
         ]
         assert all(later <= earlier for earlier, later in itertools.pairwise(eps))
@@ -252,17 +271,17 @@ def test_more_unlearning_epochs_never_increase_epsilon(pabi: str, conversion: st
 
 def test_more_epochs_never_increase_the_finite_T_epsilon() -> None:
     k = const("mnist", 128, R=100.0)
-    eps = [acc.epsilon_finite_training(k, 0.004, K, 30, delta("mnist")).epsilon for K in range(1, 20)]
+    eps = [epsilon_finite_training(k, 0.004, K, 30, delta("mnist")).epsilon for K in range(1, 20)]
     assert all(b <= a for a, b in itertools.pairwise(eps)) and eps[-1] < eps[0]
 
 
 def test_tight_pabi_never_exceeds_the_papers_and_equals_it_for_one_step() -> None:
     k = const("mnist", 128)
     for K in (1, 2, 5, 50):
-        assert acc.log_pabi_factor(k, K, "tight") <= acc.log_pabi_factor(k, K, "paper")
+        assert log_pabi_factor(k, K, "tight") <= log_pabi_factor(k, K, "paper")
     full = const("mnist", "full")
-    assert acc.log_pabi_factor(full, 1, "tight") == pytest.approx(
-        acc.log_pabi_factor(full, 1, "paper"), rel=1e-12
+    assert log_pabi_factor(full, 1, "tight") == pytest.approx(
+        log_pabi_factor(full, 1, "paper"), rel=1e-12
     )
 
 
@@ -276,22 +295,22 @@ def _weak_triangle(slope: float) -> Callable[[float], float]:
 
 def test_closed_form_conversions_equal_numerical_minimisation() -> None:
     for slope in (1e-4, 0.03, 0.5, 3.0):
-        closed, alpha = acc.dp_from_linear_rdp(slope, 1e-4)
-        numeric, _ = acc.dp_from_rdp_curve(_linear(slope), 1e-4)
+        closed, alpha = dp_from_linear_rdp(slope, 1e-4)
+        numeric, _ = dp_from_rdp_curve(_linear(slope), 1e-4)
         assert closed == pytest.approx(numeric, rel=1e-7) and alpha > 1
-        closed_wt, _ = acc.dp_from_weak_triangle_rdp(slope, 1e-4)
-        numeric_wt, _ = acc.dp_from_rdp_curve(_weak_triangle(slope), 1e-4)
+        closed_wt, _ = dp_from_weak_triangle_rdp(slope, 1e-4)
+        numeric_wt, _ = dp_from_rdp_curve(_weak_triangle(slope), 1e-4)
         assert closed_wt == pytest.approx(numeric_wt, rel=1e-7)
 
 
 def test_dp_accounting_conversion_is_tighter_and_never_needs_more_epochs() -> None:
     for slope in (0.01, 0.1, 1.0):
         assert (
-            acc.dp_from_linear_rdp(slope, 1e-4, "dp_accounting")[0] < acc.dp_from_linear_rdp(slope, 1e-4)[0]
+            dp_from_linear_rdp(slope, 1e-4, "dp_accounting")[0] < dp_from_linear_rdp(slope, 1e-4)[0]
         )
     k = const("mnist", "full")
-    z = acc.z_single(k)
-    assert acc.least_epochs(k, 0.03, z, 1.0, 1e-4, conversion="dp_accounting") <= acc.least_epochs(
+    z = z_single(k)
+    assert least_epochs(k, 0.03, z, 1.0, 1e-4, conversion="dp_accounting") <= least_epochs(
         k, 0.03, z, 1.0, 1e-4
     )
 
@@ -300,20 +319,20 @@ def test_dp_accounting_conversion_is_tighter_and_never_needs_more_epochs() -> No
 def test_least_epochs_is_the_least_k_meeting_the_target(pabi: str) -> None:
     k = const("mnist", "full")
     for sigma in (0.01, 0.03, 0.1):
-        for z in (acc.z_single(k), 3 * acc.z_single(k)):
-            K = acc.least_epochs(k, sigma, z, 1.0, delta("mnist"), pabi)  # type: ignore[arg-type]
-            assert acc.epsilon_converged(k, sigma, K, z, delta("mnist"), pabi).epsilon <= 1.0  # type: ignore[arg-type]
+        for z in (z_single(k), 3 * z_single(k)):
+            K = least_epochs(k, sigma, z, 1.0, delta("mnist"), pabi)  # type: ignore[arg-type]
+            assert epsilon_converged(k, sigma, K, z, delta("mnist"), pabi).epsilon <= 1.0  # type: ignore[arg-type]
             if K > 1:
-                assert acc.epsilon_converged(k, sigma, K - 1, z, delta("mnist"), pabi).epsilon > 1.0  # type: ignore[arg-type]
+                assert epsilon_converged(k, sigma, K - 1, z, delta("mnist"), pabi).epsilon > 1.0  # type: ignore[arg-type]
 
 
 def test_sigma_for_epochs_is_the_least_sigma() -> None:
     k = const("mnist", 128)
     for K in (1, 3):
-        s = acc.sigma_for_epochs(k, 1.0, 1e-4, K)
-        assert acc.epsilon_converged(k, s, K, acc.z_single(k), 1e-4).epsilon == pytest.approx(1.0, rel=1e-9)
-        assert acc.least_epochs(k, s * (1 + 1e-9), acc.z_single(k), 1.0, 1e-4) <= K
-        assert acc.least_epochs(k, s * 0.999, acc.z_single(k), 1.0, 1e-4) > K
+        s = sigma_for_epochs(k, 1.0, 1e-4, K)
+        assert epsilon_converged(k, s, K, z_single(k), 1e-4).epsilon == pytest.approx(1.0, rel=1e-9)
+        assert least_epochs(k, s * (1 + 1e-9), z_single(k), 1.0, 1e-4) <= K
+        assert least_epochs(k, s * 0.999, z_single(k), 1.0, 1e-4) > K
 
 
 @pytest.mark.parametrize("pabi", ["paper", "tight"])
@@ -322,37 +341,37 @@ def test_steady_state_sigma_keeps_every_request_within_the_epoch_budget(
     pabi: str, b: int | str, K: int
 ) -> None:
     k = const("mnist", b)
-    s = acc.steady_state_sigma(k, 1.0, 1e-4, epochs=K, initial_gap=1e-6, pabi=pabi)  # type: ignore[arg-type]
-    ks = [c.epochs for c in acc.sequential_plan(k, s, 1.0, 1e-4, [1] * 300, pabi=pabi, z0=1e-6)]  # type: ignore[arg-type]
+    s = steady_state_sigma(k, 1.0, 1e-4, epochs=K, initial_gap=1e-6, pabi=pabi)  # type: ignore[arg-type]
+    ks = [c.epochs for c in sequential_plan(k, s, 1.0, 1e-4, [1] * 300, pabi=pabi, z0=1e-6)]  # type: ignore[arg-type]
     assert max(ks) == K  # reached near the fixed point, never exceeded
     assert max(_plan_sigma(k, s * 0.95, pabi)) > K
 
 
 def _plan_sigma(k: PNSGDConstants, sigma: float, pabi: str) -> list[int]:
-    return [c.epochs for c in acc.sequential_plan(k, sigma, 1.0, 1e-4, [1] * 300, pabi=pabi)]  # type: ignore[arg-type]
+    return [c.epochs for c in sequential_plan(k, sigma, 1.0, 1e-4, [1] * 300, pabi=pabi)]  # type: ignore[arg-type]
 
 
 def test_batch_requests_scale_z_linearly_and_epochs_logarithmically() -> None:
     k = const("mnist", "full", R=100.0)
-    zb = acc.z_single(k)
-    assert acc.z_batch(k, 10) == pytest.approx(10 * zb) and acc.z_batch(k, 10**9) == 200.0
-    k1 = acc.least_epochs(k, 0.03, acc.z_batch(k, 1), 1.0, 1e-4)
-    k100 = acc.least_epochs(k, 0.03, acc.z_batch(k, 100), 1.0, 1e-4)
+    zb = z_single(k)
+    assert z_batch(k, 10) == pytest.approx(10 * zb) and z_batch(k, 10**9) == 200.0
+    k1 = least_epochs(k, 0.03, z_batch(k, 1), 1.0, 1e-4)
+    k100 = least_epochs(k, 0.03, z_batch(k, 100), 1.0, 1e-4)
     # log(100^2) / (2 log(1/c)) = 104.3 more epochs at most: K grows like log S, not like S.
     assert k1 < k100 <= k1 + math.ceil(math.log(100) / -math.log(k.c))
 
 
 def test_positions_and_finite_training_never_exceed_the_worst_case_z() -> None:
     k = const("mnist", 128)
-    worst = acc.z_single(k)
-    assert acc.z_single(k, position=k.batches - 1) == pytest.approx(worst)
-    assert acc.z_single(k, position=0) < worst and acc.z_single(k, epochs=3) < worst
+    worst = z_single(k)
+    assert z_single(k, position=k.batches - 1) == pytest.approx(worst)
+    assert z_single(k, position=0) < worst and z_single(k, epochs=3) < worst
 
 
 def test_burn_in_reaches_the_tolerance_and_no_earlier() -> None:
     k = const("mnist", 128, R=100.0)
-    T = acc.epochs_to_converge(k, 1e-3)
-    assert acc.stationarity_gap(k, T) <= 1e-3 * acc.z_single(k) < acc.stationarity_gap(k, T - 1)
+    T = epochs_to_converge(k, 1e-3)
+    assert stationarity_gap(k, T) <= 1e-3 * z_single(k) < stationarity_gap(k, T - 1)
 
 
 # -------------------------------------------------------------------------------------- bad input
@@ -360,32 +379,32 @@ def test_burn_in_reaches_the_tolerance_and_no_earlier() -> None:
 def test_invalid_epsilon_is_refused_with_a_clear_message(epsilon: float) -> None:
     k = const("mnist", 128)
     with pytest.raises(InvalidConfigError, match="target epsilon must be a finite number > 0"):
-        acc.least_epochs(k, 0.03, acc.z_single(k), epsilon, 1e-4)
+        least_epochs(k, 0.03, z_single(k), epsilon, 1e-4)
     with pytest.raises(InvalidConfigError, match="target epsilon"):
-        acc.sigma_for_epochs(k, epsilon, 1e-4)
+        sigma_for_epochs(k, epsilon, 1e-4)
 
 
 @pytest.mark.parametrize("bad_delta", [0.0, 1.0, -0.1, 1.5])
 def test_invalid_delta_is_refused_with_a_clear_message(bad_delta: float) -> None:
     k = const("mnist", 128)
     with pytest.raises(InvalidConfigError, match=r"target delta must lie in \(0, 1\)"):
-        acc.least_epochs(k, 0.03, acc.z_single(k), 1.0, bad_delta)
+        least_epochs(k, 0.03, z_single(k), 1.0, bad_delta)
     with pytest.raises(InvalidConfigError, match="delta"):
-        acc.epsilon_converged(k, 0.03, 1, acc.z_single(k), bad_delta)
+        epsilon_converged(k, 0.03, 1, z_single(k), bad_delta)
 
 
 def test_unreachable_k_is_reported() -> None:
     k = const("mnist", "full")
     with pytest.raises(InvalidConfigError, match="unreachable within 5 unlearning epochs"):
-        acc.least_epochs(k, 0.001, acc.z_single(k), 0.01, 1e-4, max_epochs=5)
+        least_epochs(k, 0.001, z_single(k), 0.01, 1e-4, max_epochs=5)
     with pytest.raises(InvalidConfigError, match="unreachable within 5 unlearning epochs"):
-        acc.least_epochs(k, 0.001, acc.z_single(k), 0.01, 1e-4, pabi="tight", max_epochs=5)
+        least_epochs(k, 0.001, z_single(k), 0.01, 1e-4, pabi="tight", max_epochs=5)
 
 
 def test_finite_training_too_short_makes_every_k_unreachable() -> None:
     k = const("mnist", 128, R=100.0)
     with pytest.raises(InvalidConfigError, match="unreachable for any K.*train longer"):
-        acc.least_epochs_finite_training(k, 0.01, 1, 1.0, 1e-4)
+        least_epochs_finite_training(k, 0.01, 1, 1.0, 1e-4)
 
 
 def test_step_size_above_one_over_l_is_refused() -> None:
@@ -410,4 +429,4 @@ def test_invalid_constants_are_refused(kwargs: dict[str, float], message: str) -
 
 def test_k_must_be_at_least_one_epoch() -> None:
     with pytest.raises(InvalidConfigError, match="at least one noisy step"):
-        acc.renyi_epsilon(const("mnist", 128), 2.0, 0.03, 0)
+        renyi_epsilon(const("mnist", 128), 2.0, 0.03, 0)

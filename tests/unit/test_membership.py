@@ -25,12 +25,12 @@ from unlearning.audit.verification import per_sample_losses
 from unlearning.data import Dataset, make_synthetic
 from unlearning.errors import EmptyRequestError, InvalidConfigError
 from unlearning.methods.hessian_free import sgd_config
-from unlearning.methods.mini_unlearning import exact_replay
+from unlearning.methods.mini_unlearning.trajectory import exact_replay
 from unlearning.methods.newton_tabular import TabularFeatureMap
 from unlearning.methods.protocol import ForgetRequest, MethodState, PrivacyTarget
 from unlearning.methods.registry import get_method
 from unlearning.models import ModelSpec, build_model
-from unlearning.newton_removal import released_weight_matrix, signed_targets
+from unlearning.newton import released_weight_matrix, signed_targets
 from unlearning.steps import SGDConfig
 from unlearning.training import replay_retrain, train_recorded
 

@@ -46,6 +46,8 @@ def test_a_bad_value_is_an_invalid_config_error_and_nothing_else(name: str) -> N
         ("hessian_free", {"rho_iterations": 0}, "rho_iterations"),
         ("hessian_free", {"audit_probe_fraction": 1.5}, "audit_probe_fraction"),
         ("mini_unlearning", {"m": 0}, "m (the L-BFGS memory)"),
+        ("mini_unlearning", {"k": 10**9}, "k (the number of replayed steps) must be at most"),
+        ("mini_unlearning", {"m": 51}, "m (the L-BFGS memory) must be at most"),
         ("mini_unlearning", {"dtype": "float16"}, "dtype"),
         ("mini_unlearning", {"max_deletion_fraction": 0}, "max_deletion_fraction"),
         ("newton_removal", {"alpha": -0.1}, "alpha"),

@@ -25,8 +25,11 @@ from unlearning.errors import (
 )
 from unlearning.forward_mode import hessian
 from unlearning.lbfgs import bfgs_dense, secant_pairs
-from unlearning.methods import mini_unlearning
-from unlearning.methods.mini_unlearning import MiniUnlearning, exact_replay, sgd_config
+from unlearning.methods.hessian_free import sgd_config
+from unlearning.methods.mini_unlearning import correction
+from unlearning.methods.mini_unlearning.accounting import WindowAccounting
+from unlearning.methods.mini_unlearning.method import MiniUnlearning
+from unlearning.methods.mini_unlearning.trajectory import exact_replay
 from unlearning.methods.protocol import BudgetPolicy, ForgetRequest, MethodState, PrivacyTarget
 from unlearning.methods.registry import get_method
 from unlearning.methods.table_model import TableModel
@@ -160,7 +163,7 @@ def test_lbfgs_without_usable_pairs_falls_back_to_exact_products(
     exact_state = _fit(method, data)
     lbfgs_state = _fit(method, data, hvp="lbfgs")
     deleted = _ids_in_window(exact_state, data, per_batch=2)
-    monkeypatch.setattr(mini_unlearning.CompactLBFGS, "from_pairs", classmethod(lambda cls, s, y: None))
+    monkeypatch.setattr(correction.CompactLBFGS, "from_pairs", classmethod(lambda cls, s, y: None))
     out = _forget(method, lbfgs_state, deleted, data)
     assert out.certificate.measured["lbfgs_fallbacks"] == out.certificate.measured["hvp_products"] > 0
     reference = _forget(method, exact_state, deleted, data).state.clean_weights
@@ -180,6 +183,24 @@ def test_window_records_the_trajectory_of_the_seeded_schedule(method: MiniUnlear
     for j in range(k):  # w_l = w_{l-1} - eta_l D_l on every window step
         before, after = a["snapshots"][m + j], a["snapshots"][m + j + 1]
         torch.testing.assert_close(after, before - float(a["step_sizes"][j]) * a["directions"][j])
+
+
+STORED_ACCOUNTING_KEYS = {
+    "deleted_count", "train_size", "config", "training_seed", "schedule_seed", "total_steps", "batch_size", "k",
+    "m", "hvp", "snapshots", "first_window_step", "window_deleted_cumulative", "seconds_fit",
+}
+
+
+def test_accounting_keeps_the_stored_json_keys_and_added_ones(method: MiniUnlearning, data: Dataset) -> None:
+    state = _fit(method, data)
+    assert set(state.accounting) == STORED_ACCOUNTING_KEYS
+    stored = {**state.accounting, "feature_transform": {"scaling": "none"}}  # as the table wrapper adds it
+    assert WindowAccounting.from_dict(stored).to_dict() == stored
+    after = _forget(method, replace(state, accounting=stored), _ids_in_window(state, data, per_batch=1), data).state
+    assert set(after.accounting) == STORED_ACCOUNTING_KEYS | {"feature_transform"}
+    assert after.accounting["feature_transform"] == {"scaling": "none"}
+    with pytest.raises(InvalidConfigError, match="lacks"):
+        WindowAccounting.from_dict({k: v for k, v in state.accounting.items() if k != "m"})
 
 
 # ------------------------------------------------------------------------------- against the retrain
@@ -379,6 +400,8 @@ def test_bad_requests_raise_the_protocol_errors(method: MiniUnlearning, data: Da
         {"k": 0},
         {"m": 0},
         {"k": 2.5},
+        {"k": 10_001},
+        {"m": 51},
         {"hvp": "newton"},
         {"dtype": "float16"},
         {"max_deletion_fraction": 0},

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from unlearning.errors import DimensionMismatchError, InvalidConfigError
-from unlearning.newton_removal import (
+from unlearning.newton import (
     GAMMA_LOGISTIC,
     DenseDesign,
     NewtonConfig,
@@ -116,7 +116,7 @@ def test_solvers_agree_and_cg_stops_at_its_tolerance() -> None:
     W = torch.zeros(objective.design.dim, objective.columns, dtype=torch.float64)
     S = objective.curvature(objective.margins(W))
     rhs = torch.randn(objective.design.dim, objective.columns, dtype=torch.float64)
-    from unlearning.newton_removal import solve_hessian
+    from unlearning.newton.solvers import solve_hessian
 
     exact, _ = solve_hessian(objective, S, rhs, "cholesky", 0.0, 0)
     for solver in ("cg", "woodbury"):
@@ -255,14 +255,14 @@ def test_dense_design_products_match_torch_matmul() -> None:
 
 
 def test_first_cg_product_from_the_margins_pass_changes_nothing() -> None:
-    from unlearning.newton_removal import _tracked_cg
+    from unlearning.newton.solvers import tracked_cg
 
     objective, _ = _problem(12)
     W = torch.randn(objective.design.dim, objective.columns, dtype=torch.float64) * 0.3
     delta = torch.randn_like(W) * 0.1
     S = objective.curvature(objective.margins(W))
-    plain = _tracked_cg(objective, S, delta, 1e-10, 100)
-    fused = _tracked_cg(objective, S, delta, 1e-10, 100, first_product=objective.design.mm(delta))
+    plain = tracked_cg(objective, S, delta, 1e-10, 100)
+    fused = tracked_cg(objective, S, delta, 1e-10, 100, first_product=objective.design.mm(delta))
     for a, b in zip(plain[:4], fused[:4]):
         assert torch.equal(a, b)
     assert plain[4] == fused[4]

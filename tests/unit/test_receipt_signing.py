@@ -1,4 +1,4 @@
-"""Receipt signatures (service.receipts.signing) and the verifier's command line."""
+"""Receipt signatures (service.signing) and the verifier's command line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from service.receipts.__main__ import main as receipts_cli
-from service.receipts.signing import (
+from service.settings import Settings
+from service.signing import (
     ReceiptSigner,
     b64url,
     canonical,
@@ -18,7 +19,6 @@ from service.receipts.signing import (
     parse_seed,
     verify,
 )
-from service.settings import Settings
 
 PAYLOAD = {"request_id": 7, "subjects": [{"kind": "owner", "hash": "ab", "id": "ünïcode"}], "note": None}
 

@@ -140,7 +140,7 @@ SQL_LITERAL = re.compile(r"'(" + "|".join(STATES) + r")'")
 # The same words used for something else than a state; each at most as many times as given, per file.
 OTHER_USES: dict[tuple[str, str], int] = {
     # the name of the models.training column (its bucket manifest), not the state
-    ("service/jobs/postgres_path.py", "training"): 3,
+    ("service/jobs/round_repository.py", "training"): 3,
     # the ledger's kind of entry (initial | charge | retrain) and the training job's name in metrics
     ("service/jobs/training.py", "initial"): 2,
     ("service/metrics.py", "initial"): 1,

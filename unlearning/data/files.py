@@ -1,4 +1,6 @@
-"""Where the shared real datasets live, and reading a file whose content may be gzip-compressed.
+"""Where the shared real datasets live, and reading a file whose content may be gzip-compressed: whole
+(:func:`read_bytes`, for the bundled files) or as a stream whose decompressed size is capped as it is read
+(:func:`open_decompressed`, for uploads).
 
 The real files live in the shared data folder (:func:`shared_data_dir`); nothing is ever downloaded.
 """
@@ -6,13 +8,16 @@ The real files live in the shared data folder (:func:`shared_data_dir`); nothing
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
+from unlearning.data.limits import ReadLimits
 from unlearning.errors import InvalidDatasetError
 
-__all__ = ["DATA_DIR_ENV", "is_gzip", "read_bytes", "require_file", "shared_data_dir"]
+__all__ = ["DATA_DIR_ENV", "is_gzip", "open_decompressed", "read_bytes", "require_file", "shared_data_dir"]
 
 DATA_DIR_ENV = "LETHE_DATA_DIR"
 """Environment variable that overrides :func:`shared_data_dir`."""
@@ -60,3 +65,37 @@ def read_bytes(path: Path) -> bytes:
             return fh.read()
     except (OSError, EOFError, zlib.error) as exc:
         raise InvalidDatasetError(f"{path} is not a readable gzip file: {exc}") from exc
+
+
+class _CappedReader(io.RawIOBase):
+    """The bytes of ``inner`` (a file, or a gzip stream over one), raising :class:`TooLargeError` as soon as
+    more than ``limits.max_bytes`` have been read: nothing past the cap is ever decompressed or held."""
+
+    def __init__(self, inner: io.BufferedIOBase, source: Path, limits: ReadLimits, compressed: bool) -> None:
+        self._inner, self._source, self._limits, self._compressed = inner, source, limits, compressed
+        self._read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self._inner.read(len(buffer))
+        self._read += len(data)
+        self._limits.check_bytes(self._source, self._read, "decompresses to" if self._compressed else "holds")
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.close()
+        super().close()
+
+
+def open_decompressed(path: Path, limits: ReadLimits) -> BinaryIO:
+    """The file's content as a binary stream, decompressed on the fly when it is gzip (told from the magic
+    bytes, not the name). Reading past ``limits.max_bytes`` raises :class:`TooLargeError`; a corrupt gzip
+    stream raises what :mod:`gzip` raises (``OSError``, ``EOFError``, ``zlib.error``), for the format's
+    reader to report. The caller closes the stream."""
+    compressed = is_gzip(path)
+    inner: io.BufferedIOBase = gzip.open(path, "rb") if compressed else path.open("rb")  # noqa: SIM115
+    return io.BufferedReader(_CappedReader(inner, path, limits, compressed), buffer_size=1 << 20)

@@ -1,5 +1,6 @@
 """Tables a user uploads, as :class:`Dataset` objects: :func:`load_table` for CSV (optionally
-gzip-compressed), NPZ and Parquet files (parsed by :mod:`unlearning.data.table_formats`).
+gzip-compressed), NPZ and Parquet files (parsed by :mod:`unlearning.data.csv_table`,
+:mod:`unlearning.data.npz_table` and :mod:`unlearning.data.table_formats`).
 
 A missing file raises :class:`FileNotFoundError`; a malformed one :class:`InvalidDatasetError` with a
 message that names the problem (column, row, array).
@@ -12,10 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from unlearning.data.csv_table import read_csv
 from unlearning.data.dataset import Dataset
 from unlearning.data.files import require_file
-from unlearning.data.limits import MAX_CLASSES
-from unlearning.data.table_formats import label_range_error, read_csv, read_npz, read_parquet
+from unlearning.data.limits import MAX_CLASSES, SMALL_TABLE_CLASSES, ReadLimits, class_limit
+from unlearning.data.npz_table import read_npz
+from unlearning.data.table_formats import label_range_error, read_parquet
 from unlearning.errors import InvalidConfigError, InvalidDatasetError
 
 __all__ = ["load_table"]
@@ -29,6 +32,8 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def _check_unique_ids(ids: Sequence[str], source: Path, column: str) -> None:
+    if len(set(ids)) == len(ids):
+        return
     first_row: dict[str, int] = {}
     for row, sid in enumerate(ids):
         if sid in first_row:
@@ -53,7 +58,8 @@ def _encode_labels(
     Integer labels are used as they are, minus ``label_offset``; floats must be whole numbers and are
     treated as integers. String labels map to indices by their sorted unique values ("cat" -> 0,
     "dog" -> 1), which are returned as the class names. ``num_classes`` defaults to max label + 1
-    (integers) or the number of distinct strings. An empty string is not a label.
+    (integers) or the number of distinct strings. An empty string is not a label. The class count,
+    given or inferred, is at most :func:`class_limit` of the rows.
     """
     if values.dtype.kind == "U":
         if label_offset is not None:
@@ -77,6 +83,7 @@ def _encode_labels(
                 f"{source}: label column {column!r} has {len(classes)} distinct values but num_classes={num_classes}"
             )
         names = tuple(str(c) for c in classes)
+        _check_class_count(num_classes, len(values), source)
         return indices.astype(np.int64), num_classes if num_classes is not None else len(classes), names
     ints = _integer_labels(values, source=source, column=column)
     offset = int(label_offset) if label_offset is not None else 0
@@ -88,8 +95,27 @@ def _encode_labels(
                 raise label_range_error(source, column, row, shifted, label_offset)
     if label_offset is not None:
         ints = ints - offset
+    if num_classes is None and ints.size:
+        row = int(np.argmax(ints))
+        after = f" (after subtracting label_offset={label_offset})" if label_offset is not None else ""
+        what = f"label {int(ints[row])} at data row {row} of column {column!r}{after}"
+        inferred = int(ints[row]) + 1
+        _check_class_count(inferred, len(ints), source, f"{what} makes {inferred:,} classes")
+    _check_class_count(num_classes, len(ints), source)
     return ints, num_classes if num_classes is not None else int(ints.max()) + 1, None
 
+
+def _check_class_count(count: int | None, rows: int, source: Path, what: str | None = None) -> None:
+    """At most :func:`class_limit` of the rows classes, given (``num_classes``) or inferred (``what``)."""
+    limit = class_limit(rows)
+    if count is None or count <= limit:
+        return
+    raise InvalidDatasetError(
+        f"{source}: {what or f'num_classes={count:,}'} for {rows:,} rows, more than the {limit:,} classes "
+        f"such a table may have (as many as its rows, at least {SMALL_TABLE_CLASSES:,}, at most "
+        f"{MAX_CLASSES:,}): number the classes 0 to k-1 (label_offset subtracts a constant from every "
+        "label), or give them as names (such as 'c99999'), which are numbered in sorted order"
+    )
 
 
 def _integer_labels(values: np.ndarray, *, source: Path, column: str) -> np.ndarray:
@@ -191,6 +217,7 @@ def load_table(
     id_prefix: str = "row",
     max_rows: int | None = None,
     name: str | None = None,
+    limits: ReadLimits | None = None,
 ) -> Dataset:
     """Load a labelled table from CSV (``.csv`` / ``.csv.gz``), NPZ (``.npz``) or Parquet (``.parquet``).
 
@@ -198,7 +225,8 @@ def load_table(
     (``None``: generate ``{id_prefix}-{i}`` from the row index i); ``owner_column`` the owner ids
     (``None``: each row is its own owner, owner id = sample id); ``label_column`` the labels;
     ``feature_columns`` the features in that order (``None``: every other column, in file order). CSV is
-    parsed with the ``csv`` module (gzip detected from the content); every feature cell must be a number.
+    streamed through pyarrow's CSV reader (gzip detected from the content); every feature cell must be a
+    number.
 
     NPZ: arrays ``features`` (n, ...) numeric and ``labels`` (n,), optional ``sample_ids`` and
     ``owner_ids`` (unicode string arrays of shape (n,)) and an optional integer scalar ``num_classes``.
@@ -208,12 +236,15 @@ def load_table(
     Labels: integers are used as they are, minus ``label_offset`` when given (for 1-based labels);
     strings map to class indices by their sorted unique values. ``num_classes`` (argument, else the NPZ
     scalar) defaults to max label + 1 for integers and the number of distinct strings otherwise.
-    ``max_rows`` stops after that many data rows (CSV stops reading early). ``name`` defaults to the
-    file name without its suffixes.
+    The class count is at most as many as the rows (:func:`~unlearning.data.limits.class_limit`).
+    ``max_rows`` stops after that many data rows (CSV and Parquet stop reading early). ``name`` defaults to
+    the file name without its suffixes. ``limits`` bound what the file may hold (decompressed bytes, rows,
+    feature values, characters of an id or label cell), checked while it is read, before more is held:
+    past one, :class:`~unlearning.data.limits.TooLargeError`.
 
     Raises :class:`FileNotFoundError` for a missing file and :class:`InvalidDatasetError` for an empty
     file, missing columns (named, with the columns that exist), non-numeric feature cells (column and
-    row), duplicate ids, NaN/inf features or labels out of range.
+    row), duplicate ids, NaN/inf features, labels out of range or more classes than rows.
     """
     source = require_file(Path(path), "table file")
     if max_rows is not None and max_rows < 1:
@@ -223,7 +254,7 @@ def load_table(
     if kind == "npz":
         if feature_columns is not None:
             raise InvalidConfigError("feature_columns applies to CSV and Parquet tables, not to NPZ archives")
-        ids, owners, features, raw_labels, file_classes = read_npz(source)
+        ids, owners, features, raw_labels, file_classes = read_npz(source, limits)
         if max_rows is not None:
             features, raw_labels = features[:max_rows], raw_labels[:max_rows]
             ids = ids[:max_rows] if ids is not None else None
@@ -238,6 +269,7 @@ def load_table(
             label_column=label_column,
             feature_columns=feature_columns,
             max_rows=max_rows,
+            limits=limits,
         )
         label_name, id_name = label_column, id_column or ""
     return _build_dataset(

@@ -3,7 +3,7 @@ scattering transform (GST) embeddings and logistic regression (Pan, Chien, Milen
 
 Every training graph is embedded by the fixed, non-trainable geometric scattering transform
 (:mod:`unlearning.models.scattering`); a one-vs-rest logistic regression with objective perturbation is
-trained on the embeddings (:mod:`unlearning.newton_removal`). Because the transform has no trainable
+trained on the embeddings (:mod:`unlearning.newton`). Because the transform has no trainable
 part, a deletion inside graph n changes row n of the design and nothing else (paper Section 4).
 
 Requests:
@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,7 +51,6 @@ from unlearning.errors import (
 from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     BudgetPolicy,
-    ForgetOutcome,
     ForgetRequest,
     MethodState,
     PrivacyTarget,
@@ -59,27 +58,38 @@ from unlearning.methods.protocol import (
 )
 from unlearning.methods.registry import register
 from unlearning.models.scattering import ScatteringConfig, SignalKind, embed_graph, scattering_dim
-from unlearning.newton_removal import (
+from unlearning.newton import (
     DenseDesign,
+    NewtonAccounting,
     NewtonConfig,
     NewtonMethodBase,
     NewtonModelSpec,
     Objective,
-    accept_step,
+    Removal,
     columns_for,
-    epoch_accounting,
     gradient_difference,
-    newton_certificate,
     newton_hyperparameters,
-    newton_step,
+    number_spec,
     predict_labels,
     signed_targets,
     start_epoch,
-    step_inputs,
+    text_spec,
 )
 from unlearning.privacy.certificate import Certificate
 
 _METHOD_KEYS = ("J", "L", "Q", "nonlinear", "signal", "max_degree")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphAccounting(NewtonAccounting):
+    """The Newton ledger with the digest of the epoch's current graph ids and the opening's timings."""
+
+    ids_digest: str = field(metadata=text_spec())
+    """SHA-256 of the remaining training graphs' ids, in order (the rows map to them by order)."""
+    embed_seconds: float = field(metadata=number_spec())
+    """Computing the scattering embeddings at the epoch's opening."""
+    epoch_seconds: float = field(metadata=number_spec())
+    """The whole opening: embeddings, training and the operator norm."""
 
 
 def _collection(data: Any, what: str) -> GraphCollection:
@@ -127,12 +137,14 @@ def predict(state: MethodState, collection: GraphCollection, features: np.ndarra
     return predict_labels(W, torch.from_numpy(np.ascontiguousarray(feats)))
 
 
-class GraphClassificationNewton(NewtonMethodBase):
+class GraphClassificationNewton(NewtonMethodBase[GraphAccounting]):
     """The ``graph_classification_newton`` method; see the module docstring."""
 
     name: ClassVar[str] = "graph_classification_newton"
     request_kinds: ClassVar[frozenset[str]] = frozenset({"graph", "graph_node", "sample", "owner"})
     needs_training_data: ClassVar[bool] = True
+    forget_needs: ClassVar[str] = "the current training graphs"
+    accounting_type = GraphAccounting
 
     def default_config(self) -> dict[str, Any]:
         """Digest 000 Table 4's IMDB unlearning setting (J=4, L=3, Q=3, alpha 0.1) with lam 1e-2 instead of the
@@ -215,12 +227,10 @@ class GraphClassificationNewton(NewtonMethodBase):
         start = start_epoch(objective, cfg, noise_std, noise_seed, init=init)
         spec = NewtonModelSpec("logistic_regression_ovr", fmap, objective.design.dim,
                                columns_for(collection.num_classes), collection.num_classes)
-        accounting = epoch_accounting(
-            start, cfg, privacy.epsilon, privacy.delta, len(collection), fit_seed=seed, epoch=epoch,
-            retrains=retrains,
-            extra={"method_config": {k: merged[k] for k in _METHOD_KEYS}, "release_mode": privacy.release_mode,
-                   "ids_digest": _ids_digest(collection.graph_ids), "embed_seconds": embed_seconds,
-                   "epoch_seconds": time.perf_counter() - started},
+        accounting = GraphAccounting.opening(
+            start, cfg, privacy, len(collection), fit_seed=seed, epoch=epoch, retrains=retrains,
+            method_config={k: merged[k] for k in _METHOD_KEYS}, ids_digest=_ids_digest(collection.graph_ids),
+            embed_seconds=embed_seconds, epoch_seconds=time.perf_counter() - started,
         )
         artifacts = {
             "design": design.cpu(),
@@ -229,7 +239,7 @@ class GraphClassificationNewton(NewtonMethodBase):
         }
         flat = start.weights.detach().reshape(-1).cpu()
         return MethodState(method=self.name, model=spec, clean_weights=flat, released_weights=flat.clone(),
-                           statistics=None, accounting=accounting, artifacts=artifacts, deleted_ids=set())
+                           statistics=None, accounting=accounting.to_dict(), artifacts=artifacts, deleted_ids=set())
 
     def predict(self, state: MethodState, data: Any, *, instances: Any | None = None,
                 item_ids: Sequence[str] = ()) -> np.ndarray:
@@ -239,32 +249,20 @@ class GraphClassificationNewton(NewtonMethodBase):
         collection = _collection(data, "predicts on")
         return predict(state, collection.take(collection.index_of(item_ids)))
 
-    def _opening_certificate(self, state: MethodState, privacy: PrivacyTarget, **extra: Any) -> Certificate:
-        return newton_certificate(self.name, state.accounting, privacy.release_mode, privacy.epsilon, privacy.delta,
-                                  charge=0.0, inputs={"kind": "opening", **extra}, notes=_notes(privacy))
-
     # -------------------------------------------------------------------------------------- forget
-    def forget(
-        self,
-        state: MethodState,
-        request: ForgetRequest,
-        noise_seed: int,
+    def _removal(
+        self, state: MethodState, acc: GraphAccounting, request: ForgetRequest, remaining: Any,
         privacy: PrivacyTarget,
-        remaining: Any = None,
-        policy: BudgetPolicy | None = None,
-    ) -> ForgetOutcome:
-        started = time.perf_counter()
-        request.require_kinds(self.name, self.request_kinds)
-        if remaining is None:
-            raise InvalidConfigError(f"{self.name} needs the current training graphs to forget (remaining=...)")
+    ) -> Removal:
+        """A graph that leaves zeroes its row; a graph that loses nodes gets its embedding recomputed;
+        ``Delta`` over those rows."""
         collection = _collection(remaining, "forgets from")
-        acc = state.accounting
-        if len(collection) != int(acc["remaining"]) or _ids_digest(collection.graph_ids) != acc["ids_digest"]:
+        if len(collection) != acc.remaining or _ids_digest(collection.graph_ids) != acc.ids_digest:
             raise DimensionMismatchError(
                 "the collection differs from this model's budget epoch: pass the current training graphs (the "
                 "result of every earlier deletion, and nothing else)"
             )
-        merged, cfg = self._configs({**acc["config"], **acc["method_config"]})
+        merged, cfg = self._configs({**acc.config.to_dict(), **acc.method_config})
         graph_ids = list(dict.fromkeys([*request.graph_ids, *request.sample_ids]))
         if request.owner_ids:
             graph_ids += [g for g in collection.graphs_of_owners(request.owner_ids) if g not in graph_ids]
@@ -304,13 +302,11 @@ class GraphClassificationNewton(NewtonMethodBase):
         w_old = weight_old.to(device)
         delta = gradient_difference(W, targets[t_idx], old_rows, w_old[t_idx], new_rows, weight_new[t_idx],
                                     cfg.lam, float(w_old.sum()), objective.count)
-        op = acc["op_norm_bound"]
+        op = acc.op_norm_bound
         if op is not None and changing:
             op = float(op) + float(torch.linalg.vector_norm(new_rows[pos] - old_rows[pos]))
         row_norms = state.artifacts["row_norms"].to(device).clone()
         row_norms[t_idx] = torch.linalg.vector_norm(new_rows, dim=1)
-        step = newton_step(objective, W, delta, op_norm=op, variant=cfg.bound, solver=cfg.solver, rtol=cfg.cg_rtol,
-                           row_norms=row_norms)
 
         after = collection.without(graph_ids, request.graph_nodes)
         items = len(whole) + sum(len(v) for v in nodes.values())
@@ -321,35 +317,26 @@ class GraphClassificationNewton(NewtonMethodBase):
             *(graph_node_key(collection.graphs[p].graph_id, collection.graphs[p].node_ids[v])
               for p, vs in nodes.items() for v in vs),
         ]))
-        if float(acc["spent"]) + step.charge > float(acc["cap"]):
+
+        def reopen(seed: int, *, noise_seed: int, epoch: int, retrains: int, init: torch.Tensor) -> MethodState:
             # The embeddings are a fixed function of each graph, and the live rows of the new design are exactly
             # the embeddings of the graphs that remain (in order): the retrain reuses them.
             live_new = torch.nonzero(weight_new > 0).squeeze(1)
-            new_state = self._open_epoch(
-                after, merged, cfg, privacy, int(acc["fit_seed"]), noise_seed=noise_seed, epoch=int(acc["epoch"]) + 1,
-                retrains=int(acc["retrains"]) + 1, init=step.weights, feature_map=dict(state.model.feature_map),
-                embeddings=Z_new[live_new].cpu().numpy(),
+            return self._open_epoch(
+                after, merged, cfg, privacy, seed, noise_seed=noise_seed, epoch=epoch, retrains=retrains, init=init,
+                feature_map=dict(state.model.feature_map), embeddings=Z_new[live_new].cpu().numpy(),
             )
-            cert = self._opening_certificate(
-                new_state, privacy, retrained_in_forget=True,
-                retrain_reason=f"the step's charge {step.charge:.4g} would bring the epoch to "
-                               f"{float(acc['spent']) + step.charge:.4g} > cap {float(acc['cap']):.4g}",
-            )
-            return ForgetOutcome(new_state, cert, forgotten)
-        accounting = accept_step(acc, step, items, int(objective.count), "epoch_value_plus_row_changes")
-        accounting["ids_digest"] = _ids_digest(after.graph_ids)
-        flat = step.weights.detach().reshape(-1).cpu()
+
         artifacts = {**state.artifacts, "design": Z_new.cpu(), "row_weight": weight_new.cpu(),
                      "row_norms": row_norms.cpu()}
-        new_state = replace(state, clean_weights=flat, released_weights=flat.clone(), accounting=accounting,
-                            artifacts=artifacts, deleted_ids=set(state.deleted_ids) | set(forgotten))
-        inputs = step_inputs(step, float(acc["spent"]), objective.count, cfg.lam)
-        inputs.update(design_rows=objective.design.rows, design_dim=objective.design.dim, items=items)
-        cert = newton_certificate(self.name, accounting, privacy.release_mode, privacy.epsilon, privacy.delta,
-                                  charge=step.charge, inputs=inputs, notes=_notes(privacy))
-        cert.measured.update({"embed_seconds": embed_seconds, "newton_seconds": step.seconds,
-                              "forget_seconds": time.perf_counter() - started})
-        return ForgetOutcome(new_state, cert, forgotten)
+        return Removal(
+            objective, W, delta, op, "epoch_value_plus_row_changes", items, forgotten, reopen, row_norms=row_norms,
+            artifacts=artifacts, ledger={"ids_digest": _ids_digest(after.graph_ids)}, inputs={"items": items},
+            measured={"embed_seconds": embed_seconds},
+        )
+
+    def _notes(self, state: MethodState, privacy: PrivacyTarget) -> str:
+        return _notes(privacy)
 
 
 def _notes(privacy: PrivacyTarget) -> str:

@@ -4,7 +4,7 @@ digest 001).
 
 Features: ``Z = P^K X`` (SGC) or ``[X, PX, .., P^K X]/(K+1)`` (GPR) with ``P = D~^{-1}(A + I)``
 (:mod:`unlearning.models.propagation`). The model is trained on the training nodes' rows of ``Z`` with
-objective perturbation (:mod:`unlearning.newton_removal`).
+objective perturbation (:mod:`unlearning.newton`).
 
 Requests (digest 001 section 3):
 
@@ -25,14 +25,14 @@ makes every later product cheaper), the node index of each row and its weight (1
 function of the remaining graph (a changed row is recomputed from the graph as it is now), so it holds
 nothing of what was deleted. ``||Z'||_op`` is bounded by its exact value at the epoch's start plus the
 Frobenius norm of every row change since (triangle inequality); the tight bound also has a form that
-needs no operator norm (see :mod:`unlearning.newton_removal`).
+needs no operator norm (see :mod:`unlearning.newton.step`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,7 +51,6 @@ from unlearning.errors import (
 from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     BudgetPolicy,
-    ForgetOutcome,
     ForgetRequest,
     MethodState,
     PrivacyTarget,
@@ -68,27 +67,35 @@ from unlearning.models.propagation import (
     local_features,
 )
 from unlearning.models.propagation import NORMALIZATIONS as PROPAGATION_NORMALIZATIONS
-from unlearning.newton_removal import (
+from unlearning.newton import (
     DenseDesign,
+    NewtonAccounting,
     NewtonConfig,
     NewtonMethodBase,
     NewtonModelSpec,
     Objective,
-    accept_step,
+    Removal,
     columns_for,
-    epoch_accounting,
     gradient_difference,
-    newton_certificate,
     newton_hyperparameters,
-    newton_step,
+    number_spec,
     predict_labels,
     signed_targets,
     start_epoch,
-    step_inputs,
 )
 from unlearning.privacy.certificate import Certificate
 
 _METHOD_KEYS = ("propagation", "hops", "normalization")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeAccounting(NewtonAccounting):
+    """The Newton ledger with how long the epoch's opening took."""
+
+    epoch_seconds: float = field(metadata=number_spec())
+    """The whole opening: features, training and the operator norm."""
+    propagation_seconds: float = field(metadata=number_spec())
+    """Computing the propagated features of every node."""
 
 
 def _graph(data: Any, what: str) -> NodeGraph:
@@ -128,12 +135,14 @@ def predict(state: MethodState, graph: NodeGraph, nodes: np.ndarray | None = Non
     return predict_labels(W, torch.from_numpy(np.ascontiguousarray(feats)))
 
 
-class GraphNodeNewton(NewtonMethodBase):
+class GraphNodeNewton(NewtonMethodBase[NodeAccounting]):
     """The ``graph_node_newton`` method; see the module docstring."""
 
     name: ClassVar[str] = "graph_node_newton"
     request_kinds: ClassVar[frozenset[str]] = frozenset({"sample", "owner", "edge", "node_features"})
     needs_training_data: ClassVar[bool] = True
+    forget_needs: ClassVar[str] = "the current graph"
+    accounting_type = NodeAccounting
 
     def default_config(self) -> dict[str, Any]:
         """Digest 001 section 5.1 defaults: SGC, K = 2, lam 1e-2, alpha 0.1; the code's standardisation."""
@@ -203,10 +212,10 @@ class GraphNodeNewton(NewtonMethodBase):
                                        "num_nodes": graph.num_nodes, "num_features": graph.num_features}
         spec = NewtonModelSpec("logistic_regression_ovr", feature_map, objective.design.dim,
                                columns_for(graph.num_classes), graph.num_classes)
-        accounting = epoch_accounting(
-            start, cfg, privacy.epsilon, privacy.delta, len(rows), fit_seed=seed, epoch=epoch, retrains=retrains,
-            extra={"method_config": {k: merged[k] for k in _METHOD_KEYS}, "release_mode": privacy.release_mode,
-                   "epoch_seconds": time.perf_counter() - started, "propagation_seconds": propagation_seconds},
+        accounting = NodeAccounting.opening(
+            start, cfg, privacy, len(rows), fit_seed=seed, epoch=epoch, retrains=retrains,
+            method_config={k: merged[k] for k in _METHOD_KEYS}, epoch_seconds=time.perf_counter() - started,
+            propagation_seconds=propagation_seconds,
         )
         artifacts = {
             "design": design.cpu(),
@@ -219,7 +228,7 @@ class GraphNodeNewton(NewtonMethodBase):
             artifacts["feature_scale"] = torch.from_numpy(scaler.scale.copy())
         flat = start.weights.detach().reshape(-1).cpu()
         return MethodState(method=self.name, model=spec, clean_weights=flat, released_weights=flat.clone(),
-                           statistics=None, accounting=accounting, artifacts=artifacts, deleted_ids=set())
+                           statistics=None, accounting=accounting.to_dict(), artifacts=artifacts, deleted_ids=set())
 
     def predict(self, state: MethodState, data: Any, *, instances: Any | None = None,
                 item_ids: Sequence[str] = ()) -> np.ndarray:
@@ -234,27 +243,14 @@ class GraphNodeNewton(NewtonMethodBase):
             raise UnknownSampleError(f"node {gone!r} was deleted from graph {graph.name!r}")
         return predict(state, graph, nodes)
 
-    def _opening_certificate(self, state: MethodState, privacy: PrivacyTarget, **extra: Any) -> Certificate:
-        return newton_certificate(self.name, state.accounting, privacy.release_mode, privacy.epsilon, privacy.delta,
-                                  charge=0.0, inputs={"kind": "opening", **extra}, notes=_notes(state, privacy))
-
     # -------------------------------------------------------------------------------------- forget
-    def forget(
-        self,
-        state: MethodState,
-        request: ForgetRequest,
-        noise_seed: int,
-        privacy: PrivacyTarget,
-        remaining: Any = None,
-        policy: BudgetPolicy | None = None,
-    ) -> ForgetOutcome:
-        started = time.perf_counter()
-        request.require_kinds(self.name, self.request_kinds)
-        if remaining is None:
-            raise InvalidConfigError(f"{self.name} needs the current graph to forget (remaining=...)")
+    def _removal(
+        self, state: MethodState, acc: NodeAccounting, request: ForgetRequest, remaining: Any, privacy: PrivacyTarget
+    ) -> Removal:
+        """Recompute the design rows within K hops of what goes, locally; ``Delta`` over every touched
+        training row (old row and weight against new)."""
         graph = _graph(remaining, "forgets from")
-        acc = state.accounting
-        merged, cfg, prop = self._node_configs({**acc["config"], **acc["method_config"]})
+        merged, cfg, prop = self._node_configs({**acc.config.to_dict(), **acc.method_config})
         row_nodes = state.artifacts["row_nodes"].cpu().numpy()
         weight_old = state.artifacts["row_weight"].to(torch.float64)
         self._check_matches(state, graph, row_nodes, weight_old)
@@ -300,44 +296,47 @@ class GraphNodeNewton(NewtonMethodBase):
         objective = Objective(DenseDesign(Z_new), targets[keep_t], weight_new[keep_t], cfg.lam)
         delta = gradient_difference(W, targets[t_idx], old_rows, weight_old_d[t_idx], new_rows, weight_new[t_idx],
                                     cfg.lam, float(weight_old_d.sum()), objective.count)
-        op = acc["op_norm_bound"]
+        op = acc.op_norm_bound
         if op is not None and len(stay):
             op = float(op) + float(torch.linalg.vector_norm(new_rows[stay_pos] - old_rows[stay_pos]))
         row_norms = state.artifacts["row_norms"].to(device)[keep_t]
         row_norms[stay_new] = torch.linalg.vector_norm(new_rows[stay_pos], dim=1)
-        step = newton_step(objective, W, delta, op_norm=op, variant=cfg.bound, solver=cfg.solver, rtol=cfg.cg_rtol,
-                           row_norms=row_norms)
 
         items = len(node_idx) + len(edge_rows) + len(feat_idx)
         forgotten = tuple(dict.fromkeys([*(graph.node_ids[i] for i in node_idx),
                                          *(graph.node_ids[i] for i in feat_idx),
                                          *(edge_key(graph.node_ids[u], graph.node_ids[v])
                                            for u, v in graph.edges[edge_rows].tolist())]))
-        timing = {"propagation_seconds": propagation_seconds, "newton_seconds": step.seconds,
-                  "affected_nodes": float(len(affected)), "recomputed_rows": float(len(stay))}
-        if float(acc["spent"]) + step.charge > float(acc["cap"]):
-            new_state = self._open_epoch(
-                after, merged, cfg, prop, privacy, int(acc["fit_seed"]), noise_seed=noise_seed,
-                epoch=int(acc["epoch"]) + 1, retrains=int(acc["retrains"]) + 1, init=step.weights,
-            )
-            cert = self._opening_certificate(
-                new_state, privacy, retrained_in_forget=True,
-                retrain_reason=f"the step's charge {step.charge:.4g} would bring the epoch to "
-                               f"{float(acc['spent']) + step.charge:.4g} > cap {float(acc['cap']):.4g}",
-            )
-            return ForgetOutcome(new_state, cert, forgotten)
-        accounting = accept_step(acc, step, items, int(objective.count), "epoch_value_plus_row_changes")
-        flat = step.weights.detach().reshape(-1).cpu()
+
+        def reopen(seed: int, *, noise_seed: int, epoch: int, retrains: int, init: torch.Tensor) -> MethodState:
+            return self._open_epoch(after, merged, cfg, prop, privacy, seed, noise_seed=noise_seed, epoch=epoch,
+                                    retrains=retrains, init=init)
+
         artifacts = {**state.artifacts, "design": Z_new.cpu(), "row_weight": objective.weight.cpu(),
                      "row_norms": row_norms.cpu(), "row_nodes": torch.from_numpy(row_nodes[keep].astype(np.int64))}
-        new_state = replace(state, clean_weights=flat, released_weights=flat.clone(), accounting=accounting,
-                            artifacts=artifacts, deleted_ids=set(state.deleted_ids) | set(forgotten))
-        inputs = step_inputs(step, float(acc["spent"]), objective.count, cfg.lam)
-        inputs.update(design_rows=objective.design.rows, design_dim=objective.design.dim, items=items)
-        cert = newton_certificate(self.name, accounting, privacy.release_mode, privacy.epsilon, privacy.delta,
-                                  charge=step.charge, inputs=inputs, notes=_notes(new_state, privacy))
-        cert.measured.update({**timing, "forget_seconds": time.perf_counter() - started})
-        return ForgetOutcome(new_state, cert, forgotten)
+        return Removal(
+            objective, W, delta, op, "epoch_value_plus_row_changes", items, forgotten, reopen, row_norms=row_norms,
+            artifacts=artifacts, inputs={"items": items},
+            measured={"propagation_seconds": propagation_seconds, "affected_nodes": float(len(affected)),
+                      "recomputed_rows": float(len(stay))},
+        )
+
+    def _notes(self, state: MethodState, privacy: PrivacyTarget) -> str:
+        mc = self.ledger(state).method_config
+        base = (
+            f"Certified graph unlearning (Chien et al.): {str(mc['propagation']).upper()} features, K={mc['hops']}, "
+            "P = D~^-1 (A + I); one Newton step per request, rows recomputed locally. The bound is the accumulated "
+            "data-dependent gradient-residual bound of this budget epoch, starting at the optimiser's residual; the "
+            "budget alpha*epsilon/sqrt(2 ln(1.5/delta)) covers the joint one-vs-rest model (not multiplied by the "
+            "number of classes). The noise seed is secret-equivalent: keep certificates from model users."
+        )
+        if mc["normalization"] == "standardize":
+            base += (" Feature statistics (column means/stds, max row norm) were fitted at this epoch's start over the "
+                     "live nodes then; deleted nodes influence these 2F+1 numbers until the next retrain (use "
+                     "normalization 'row_l2' for a data-independent transform).")
+        if privacy.release_mode != "certified":
+            base += " Audited release: trained without noise, so no (epsilon, delta) guarantee holds."
+        return base
 
     @staticmethod
     def _check_matches(state: MethodState, graph: NodeGraph, row_nodes: np.ndarray, weight: torch.Tensor) -> None:
@@ -354,25 +353,6 @@ class GraphNodeNewton(NewtonMethodBase):
                 "the graph's training nodes differ from this model's budget epoch: pass the current graph (the "
                 "result of every earlier deletion, and nothing else)"
             )
-
-
-def _notes(state: MethodState, privacy: PrivacyTarget) -> str:
-    acc = state.accounting
-    mc = acc["method_config"]
-    base = (
-        f"Certified graph unlearning (Chien et al.): {str(mc['propagation']).upper()} features, K={mc['hops']}, "
-        "P = D~^-1 (A + I); one Newton step per request, rows recomputed locally. The bound is the accumulated "
-        "data-dependent gradient-residual bound of this budget epoch, starting at the optimiser's residual; the "
-        "budget alpha*epsilon/sqrt(2 ln(1.5/delta)) covers the joint one-vs-rest model (not multiplied by the "
-        "number of classes). The noise seed is secret-equivalent: keep certificates from model users."
-    )
-    if mc["normalization"] == "standardize":
-        base += (" Feature statistics (column means/stds, max row norm) were fitted at this epoch's start over the "
-                 "live nodes then; deleted nodes influence these 2F+1 numbers until the next retrain (use "
-                 "normalization 'row_l2' for a data-independent transform).")
-    if privacy.release_mode != "certified":
-        base += " Audited release: trained without noise, so no (epsilon, delta) guarantee holds."
-    return base
 
 
 register(GraphNodeNewton())

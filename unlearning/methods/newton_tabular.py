@@ -4,7 +4,7 @@ Models", Algorithm 2; digest 001 section 1). It is also the certified graph unle
 the graph" baseline (digest 001 section 5.1, baseline 3): the same model on raw node features.
 
 fit     standardise/normalise the rows (:class:`TabularFeatureMap`), draw ``B ~ N(0, alpha^2 I)`` from
-        the fit seed, minimise the perturbed loss to tight optimality (:mod:`unlearning.newton_removal`).
+        the fit seed, minimise the perturbed loss to tight optimality (:mod:`unlearning.newton`).
 forget  ``W <- W + H^{-1} Delta`` with ``Delta`` the gradient of the leaving rows plus ``lam r W``
         (r rows leave), ``H`` the Hessian on the rows that stay, solved by CG; the data-dependent
         residual bound is charged; when the epoch's charges would pass
@@ -20,7 +20,7 @@ every later design (a row-submatrix never has a larger norm).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,33 +37,29 @@ from unlearning.errors import (
 from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     BudgetPolicy,
-    ForgetOutcome,
     ForgetRequest,
     MethodState,
     PrivacyTarget,
     ProgressCallback,
 )
 from unlearning.methods.registry import register
-from unlearning.newton_removal import (
+from unlearning.newton import (
     DenseDesign,
     EpochStart,
+    NewtonAccounting,
     NewtonConfig,
     NewtonMethodBase,
     NewtonModelSpec,
     Objective,
-    accept_step,
+    Removal,
     columns_for,
-    epoch_accounting,
     gradient_difference,
-    newton_certificate,
     newton_hyperparameters,
-    newton_step,
     one_source,
     predict_labels,
     released_weight_matrix,
     signed_targets,
     start_epoch,
-    step_inputs,
 )
 from unlearning.privacy.certificate import Certificate
 
@@ -174,12 +170,14 @@ def _dataset(data: Any, what: str) -> Dataset:
     return data
 
 
-class NewtonTabular(NewtonMethodBase):
+class NewtonTabular(NewtonMethodBase[NewtonAccounting]):
     """The ``newton_removal`` method; see the module docstring."""
 
     name: ClassVar[str] = "newton_removal"
     request_kinds: ClassVar[frozenset[str]] = frozenset({"sample", "owner"})
     needs_training_data: ClassVar[bool] = True
+    forget_needs: ClassVar[str] = "the remaining training data"
+    accounting_type = NewtonAccounting
 
     def hyperparameters(self) -> tuple[HyperParameter, ...]:
         return (
@@ -245,15 +243,14 @@ class NewtonTabular(NewtonMethodBase):
         start: EpochStart = start_epoch(objective, cfg, noise_std, noise_seed, init=init)
         spec = NewtonModelSpec("logistic_regression_ovr", fmap.describe(), objective.design.dim,
                                columns_for(data.num_classes), data.num_classes)
-        accounting = epoch_accounting(
-            start, cfg, privacy.epsilon, privacy.delta, len(data), fit_seed=seed, epoch=epoch, retrains=retrains,
-            extra={"method_config": {k: merged[k] for k in ("normalization", "intercept")},
-                   "release_mode": privacy.release_mode},
+        accounting = NewtonAccounting.opening(
+            start, cfg, privacy, len(data), fit_seed=seed, epoch=epoch, retrains=retrains,
+            method_config={k: merged[k] for k in ("normalization", "intercept")},
         )
         flat = start.weights.detach().reshape(-1).cpu()
         return MethodState(
             method=self.name, model=spec, clean_weights=flat, released_weights=flat.clone(), statistics=None,
-            accounting=accounting, artifacts=fmap.artifacts(), deleted_ids=set(),
+            accounting=accounting.to_dict(), artifacts=fmap.artifacts(), deleted_ids=set(),
         )
 
     def predict(self, state: MethodState, data: Any, *, instances: Any | None = None,
@@ -269,35 +266,21 @@ class NewtonTabular(NewtonMethodBase):
             raise DimensionMismatchError(f"each row needs {width} features, got {np.asarray(rows).shape[-1]}")
         return predict_labels(W, torch.from_numpy(features))
 
-    def _opening_certificate(self, state: MethodState, privacy: PrivacyTarget, **extra: Any) -> Certificate:
-        return newton_certificate(
-            self.name, state.accounting, privacy.release_mode, privacy.epsilon, privacy.delta, charge=0.0,
-            inputs={"kind": "opening", **extra}, notes=_notes(state, privacy),
-        )
-
     # -------------------------------------------------------------------------------------- forget
-    def forget(
-        self,
-        state: MethodState,
-        request: ForgetRequest,
-        noise_seed: int,
+    def _removal(
+        self, state: MethodState, acc: NewtonAccounting, request: ForgetRequest, remaining: Any,
         privacy: PrivacyTarget,
-        remaining: Dataset | None = None,
-        policy: BudgetPolicy | None = None,
-    ) -> ForgetOutcome:
-        request.require_kinds(self.name, self.request_kinds)
-        if remaining is None:
-            raise InvalidConfigError(f"{self.name} needs the remaining training data to forget (remaining=...)")
+    ) -> Removal:
+        """The leaving rows' gradient plus ``lam r W`` (r rows leave), on the design recomputed from ``remaining``."""
         data = _dataset(remaining, "forgets from")
-        acc = state.accounting
-        if len(data) != int(acc["remaining"]):
+        if len(data) != acc.remaining:
             raise DimensionMismatchError(
-                f"the remaining data has {len(data)} rows, this model's budget epoch has {acc['remaining']}: "
+                f"the remaining data has {len(data)} rows, this model's budget epoch has {acc.remaining}: "
                 "pass the current training data of the epoch"
             )
         leaving = self._resolve(state, data, request)
         spec: NewtonModelSpec = state.model
-        merged, cfg = self._configs({**acc["config"], **acc["method_config"]})
+        merged, cfg = self._configs({**acc.config.to_dict(), **acc.method_config})
         fmap = TabularFeatureMap.restore(spec.feature_map, state.artifacts)
         objective_old = self._objective(data, fmap, cfg)
         rows = torch.as_tensor(data.indices_of(leaving), device=objective_old.weight.device)
@@ -312,31 +295,31 @@ class NewtonTabular(NewtonMethodBase):
         delta = gradient_difference(W, targets, block, torch.ones_like(rows, dtype=torch.float64), block,
                                     torch.zeros_like(rows, dtype=torch.float64), cfg.lam,
                                     objective_old.count, objective.count)
-        op = acc["op_norm_bound"]  # rows only leave: the epoch's bound stays valid
-        step = newton_step(objective, W, delta, op_norm=op, variant=cfg.bound, solver=cfg.solver, rtol=cfg.cg_rtol)
-        forgotten = tuple(leaving)
-        if float(acc["spent"]) + step.charge > float(acc["cap"]):
+
+        def reopen(seed: int, *, noise_seed: int, epoch: int, retrains: int, init: torch.Tensor) -> MethodState:
             kept = data.without(leaving)
-            new_state = self._open_epoch(
-                kept, TabularFeatureMap.fit(kept.features, fmap.normalization, fmap.intercept), merged, cfg, privacy,
-                int(acc["fit_seed"]), noise_seed=noise_seed, epoch=int(acc["epoch"]) + 1,
-                retrains=int(acc["retrains"]) + 1, init=step.weights,
-            )
-            cert = self._opening_certificate(
-                new_state, privacy, retrained_in_forget=True,
-                retrain_reason=f"the step's charge {step.charge:.4g} would bring the epoch to "
-                               f"{float(acc['spent']) + step.charge:.4g} > cap {float(acc['cap']):.4g}",
-            )
-            return ForgetOutcome(new_state, cert, forgotten)
-        accounting = accept_step(acc, step, len(leaving), int(objective.count), "epoch_value_rows_only_leave")
-        flat = step.weights.detach().reshape(-1).cpu()
-        new_state = replace(state, clean_weights=flat, released_weights=flat.clone(), accounting=accounting,
-                            deleted_ids=set(state.deleted_ids) | set(forgotten))
-        inputs = step_inputs(step, float(acc["spent"]), objective.count, cfg.lam)
-        inputs.update(design_rows=objective.design.rows, design_dim=objective.design.dim)
-        cert = newton_certificate(self.name, accounting, privacy.release_mode, privacy.epsilon, privacy.delta,
-                                  charge=step.charge, inputs=inputs, notes=_notes(new_state, privacy))
-        return ForgetOutcome(new_state, cert, forgotten)
+            fitted = TabularFeatureMap.fit(kept.features, fmap.normalization, fmap.intercept)
+            return self._open_epoch(kept, fitted, merged, cfg, privacy, seed, noise_seed=noise_seed, epoch=epoch,
+                                    retrains=retrains, init=init)
+
+        # Rows only leave: the epoch's operator-norm bound stays valid for every later design.
+        return Removal(objective, W, delta, acc.op_norm_bound, "epoch_value_rows_only_leave", len(leaving),
+                       tuple(leaving), reopen)
+
+    def _notes(self, state: MethodState, privacy: PrivacyTarget) -> str:
+        method_config = self.ledger(state).method_config
+        base = (
+            "Newton-step removal with objective perturbation (Guo et al. 2020, Algorithm 2). The bound is the "
+            "accumulated data-dependent gradient-residual bound of this budget epoch, starting at the optimiser's "
+            "residual; the budget is alpha*epsilon/sqrt(2 ln(1.5/delta)) for the joint model (not multiplied by "
+            "the number of classes). The noise seed is secret-equivalent: keep certificates from model users."
+        )
+        if method_config["normalization"] == "standardize":
+            base += (" Feature statistics (column means/stds, max row norm) were fitted at this epoch's start over "
+                     "every row present then; deleted rows influence them until the next retrain.")
+        if privacy.release_mode != "certified":
+            base += " Audited release: trained without noise, so no (epsilon, delta) guarantee holds."
+        return base
 
     @staticmethod
     def _resolve(state: MethodState, data: Dataset, request: ForgetRequest) -> list[str]:
@@ -353,22 +336,6 @@ class NewtonTabular(NewtonMethodBase):
                     ids.append(sid)
         data.indices_of(ids)  # unknown ids raise UnknownSampleError naming the first
         return ids
-
-
-def _notes(state: MethodState, privacy: PrivacyTarget) -> str:
-    acc = state.accounting
-    base = (
-        "Newton-step removal with objective perturbation (Guo et al. 2020, Algorithm 2). The bound is the "
-        "accumulated data-dependent gradient-residual bound of this budget epoch, starting at the optimiser's "
-        "residual; the budget is alpha*epsilon/sqrt(2 ln(1.5/delta)) for the joint model (not multiplied by "
-        "the number of classes). The noise seed is secret-equivalent: keep certificates from model users."
-    )
-    if acc["method_config"]["normalization"] == "standardize":
-        base += (" Feature statistics (column means/stds, max row norm) were fitted at this epoch's start over "
-                 "every row present then; deleted rows influence them until the next retrain.")
-    if privacy.release_mode != "certified":
-        base += " Audited release: trained without noise, so no (epsilon, delta) guarantee holds."
-    return base
 
 
 register(NewtonTabular())

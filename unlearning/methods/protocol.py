@@ -187,7 +187,9 @@ class UnlearningMethod(Protocol):
     name: ClassVar[str]
     request_kinds: ClassVar[frozenset[str]]
     needs_training_data: ClassVar[bool]
-    """Whether ``forget`` needs the remaining training data (HF: no; Newton, Langevin: yes)."""
+    """Whether ``forget`` needs the remaining training data (HF: no; Newton, Langevin: yes). A method whose
+    answer depends on the model's configuration or release mode also implements
+    :class:`NeedsRemainingData`; ask :func:`needs_remaining_data`, which knows both."""
 
     def default_config(self) -> dict[str, Any]: ...
 
@@ -295,6 +297,24 @@ class ChecksRegistration(Protocol):
     def check_registration(self, config: Mapping[str, Any], privacy: PrivacyTarget, num_features: int) -> None:
         """Raise an :class:`~unlearning.errors.UnlearningError` saying what to change."""
         ...
+
+
+@runtime_checkable
+class NeedsRemainingData(Protocol):
+    """Optional: a method that needs the remaining training rows at ``forget`` for some models only (a
+    certified Hessian-free model checks its bound on them; an audited one does not)."""
+
+    def needs_remaining_data(self, config: Mapping[str, Any], privacy: PrivacyTarget) -> bool:
+        """Whether ``forget`` of a model registered with ``config`` and ``privacy`` needs ``remaining``."""
+        ...
+
+
+def needs_remaining_data(method: UnlearningMethod, config: Mapping[str, Any], privacy: PrivacyTarget) -> bool:
+    """Whether ``method.forget`` of a model registered with ``config`` and ``privacy`` needs the remaining
+    training rows: the method's :class:`NeedsRemainingData` answer, else its ``needs_training_data``."""
+    if isinstance(method, NeedsRemainingData):
+        return method.needs_remaining_data(config, privacy)
+    return method.needs_training_data
 
 
 @runtime_checkable

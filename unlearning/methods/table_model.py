@@ -30,6 +30,7 @@ from unlearning.methods.hyperparameters import HyperParameter
 from unlearning.methods.protocol import (
     TABLE,
     BudgetPolicy,
+    ChecksRegistration,
     ForgetOutcome,
     ForgetRequest,
     MethodState,
@@ -38,10 +39,11 @@ from unlearning.methods.protocol import (
     ProgressCallback,
     UnlearningMethod,
     dataset_kind,
+    needs_remaining_data,
 )
 from unlearning.models import ModelSpec
 from unlearning.models.flat import shared_model
-from unlearning.newton_removal import one_source
+from unlearning.newton import one_source
 from unlearning.privacy.certificate import Certificate
 from unlearning.tables.quality import (
     QualityReport,
@@ -118,13 +120,21 @@ class TableModel:
 
     def check_registration(self, config: Mapping[str, Any], privacy: PrivacyTarget, num_features: int) -> None:
         """What needs the release mode and the data's width: a fitted scaling in certified mode, and
-        declared statistics of another width, are refused before anything trains."""
-        plan = plan_scaling(config, privacy.release_mode)
+        declared statistics of another width, are refused before anything trains; then the wrapped
+        method's own registration checks, if it has any."""
+        own, inner = _split(config)
+        plan = plan_scaling(own, privacy.release_mode)
         if plan.declared is not None and len(plan.declared[0]) != num_features:
             raise DimensionMismatchError(
                 f"feature_statistics give {len(plan.declared[0])} values per statistic, the dataset has "
                 f"{num_features} feature columns"
             )
+        if isinstance(self.inner, ChecksRegistration):
+            self.inner.check_registration(inner, privacy, num_features)
+
+    def needs_remaining_data(self, config: Mapping[str, Any], privacy: PrivacyTarget) -> bool:
+        """The wrapped method's answer (:func:`unlearning.methods.protocol.needs_remaining_data`)."""
+        return needs_remaining_data(self.inner, _split(config)[1], privacy)
 
     def restore_model(self, data: Mapping[str, Any]) -> Any:
         return self.inner.restore_model(data)

@@ -12,7 +12,7 @@ from unlearning.data.graphs.collection import Graph, GraphCollection
 from unlearning.data.graphs.structure import check_class_count
 from unlearning.errors import InvalidDatasetError
 
-__all__ = ["load_imdb_binary", "load_proteins", "load_tu_text"]
+__all__ = ["load_imdb_binary", "load_proteins", "load_tu_text", "tu_from_text"]
 
 
 def load_tu_text(path: str | Path, name: str | None = None) -> GraphCollection:
@@ -26,9 +26,14 @@ def load_tu_text(path: str | Path, name: str | None = None) -> GraphCollection:
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"graph collection file not found at {file}")
+    return tu_from_text(file.read_text(), name or file.stem)
+
+
+def tu_from_text(text: str, name: str) -> GraphCollection:
+    """The collection the TU text ``text`` describes (format: :func:`load_tu_text`), named ``name``."""
     # (1-based line number, values) of every non-blank line; messages name the line, not the file (the
     # caller knows which file it passed, and the upload service prefixes the name it was uploaded as).
-    lines = [(k, ln.split()) for k, ln in enumerate(file.read_text().splitlines(), 1) if ln.strip()]
+    lines = [(k, ln.split()) for k, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     raw: list[tuple[int, list[int], list[list[int]], list[list[float]]]] = []
     width: tuple[int, int] | None = None  # (attribute count, line that set it)
     lineno = 0
@@ -108,8 +113,7 @@ def load_tu_text(path: str | Path, name: str | None = None) -> GraphCollection:
         ))
     check_class_count(len(label_values), "the number of distinct graph labels", "graph-collection text")
     check_class_count(len(tag_values), "the number of distinct node tags", "graph-collection text")
-    return GraphCollection(tuple(graphs), max(len(label_values), 2), max(len(tag_values), 1),
-                           name=name or file.stem)
+    return GraphCollection(tuple(graphs), max(len(label_values), 2), max(len(tag_values), 1), name=name)
 
 
 def _tu_error(lineno: int, problem: str) -> InvalidDatasetError:

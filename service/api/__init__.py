@@ -1,0 +1,1 @@
+"""The HTTP layer: the routers of the API and the dependencies they share."""

@@ -1,1 +1,0 @@
-"""Liveness, readiness and metrics."""

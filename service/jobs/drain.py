@@ -1,0 +1,198 @@
+"""The drain of a model's deletion queue: update rounds, one version each, until no request is left.
+
+:func:`request_update`, after a commit that queued requests, publishes the model's ``apply_deletions``
+job unless one holds the model's claim (:meth:`service.storage.hot.HotStore.claim_update`).
+:func:`apply_deletions`, that job, runs update rounds (:func:`service.jobs.update_round.apply_batch`),
+each completed before the next, until the queue is empty; a round whose blob was collected before its
+commit, or whose statistics vanished from Redis, is run again; a model whose updates keep failing has
+its queued requests failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from service import metrics
+from service.jobs.completion import finish
+from service.jobs.context import UpdateContext
+from service.jobs.request_lifecycle import fail_request
+from service.jobs.update_round import Round, RoundTransaction, apply_batch
+from service.states import RequestState
+from service.storage.refs import rewrite_if_collected
+from service.storage.statistics import HotStoreLost
+
+log = logging.getLogger(__name__)
+
+
+_MAX_ROUNDS = 1000  # drain loop bound: a model under constant load still yields the worker now and then
+_HOT_STORE_RETRIES = 3
+_MAX_CONSECUTIVE_FAILURES = 3
+# Consecutive unexpected failures of a model's update, per worker process. A transient fault (a dropped
+# connection) gets retried by the reconciler; a persistent one must not keep requests queued for ever.
+_failures: dict[int, int] = {}
+
+
+class Drains:
+    """The models this process's update jobs are draining, and for each whether another job for it
+    arrived meanwhile.
+
+    A job that finds its model being drained here leaves it to the running drain, which passes over the
+    queue once more before it stops: the model's rounds and completions run one after the other in one
+    thread, with no broker hop between them, instead of two threads taking turns at the model's row lock
+    and at the interpreter's lock. Other models' jobs, training and callbacks still run beside it.
+    Between processes the model's row lock orders the rounds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._again: dict[int, bool] = {}
+
+    def enter(self, model_id: int) -> bool:
+        """Whether this job drains the model; if not, the running drain passes over the queue again."""
+        with self._lock:
+            if model_id in self._again:
+                self._again[model_id] = True
+                return False
+            self._again[model_id] = False
+            return True
+
+    def again(self, model_id: int) -> bool:
+        """After a pass: whether another job arrived during it (then pass again), else the model is left."""
+        with self._lock:
+            if self._again.get(model_id):
+                self._again[model_id] = False
+                return True
+            self._again.pop(model_id, None)
+            return False
+
+    def leave(self, model_id: int) -> None:
+        with self._lock:
+            self._again.pop(model_id, None)
+
+
+_drains = Drains()
+
+
+def request_update(rt: UpdateContext, model_id: int) -> None:
+    """After a commit that queued deletions: make sure an update job for the model is on its way.
+
+    The queued request rows are the durable record of the work (the reconciler re-publishes for any
+    left queued), so the job is published directly, and only when no job holds the model's claim (one is
+    on its way or draining, :func:`apply_deletions`): under load, one job drains many requests and the
+    broker sees one message, not one per request.
+    """
+    if rt.hot.claim_update(model_id):
+        try:
+            rt.queue.send("apply_deletions", {"model_id": model_id})
+        except Exception:
+            rt.hot.release_update(model_id)
+            log.warning(
+                "could not publish the update job of model %s; the reconciler will", model_id, exc_info=True
+            )
+
+
+def apply_deletions(rt: UpdateContext, model_id: int) -> None:
+    """Drain the model's queued requests, one version per round, until none is left.
+
+    The job holds the model's claim that its request published (:func:`request_update`) until the queue
+    is empty, so requests committed meanwhile publish no job of their own: each would cost the API a
+    publish and the worker a message, for a round this drain runs anyway.
+
+    An update that fails unexpectedly is retried (the reconciler re-publishes it); after
+    ``_MAX_CONSECUTIVE_FAILURES`` in a row the queued requests fail with the error, and the model stays
+    on its current version, so a persistent fault is reported instead of keeping requests queued.
+    """
+    if not _drains.enter(model_id):
+        return
+    try:
+        _drain(rt, model_id)
+        while _drains.again(model_id):
+            _drain(rt, model_id)
+    except Exception as exc:
+        _drains.leave(model_id)
+        rt.hot.release_update(model_id)  # requests from now on publish a job (a retry) at once
+        _failures[model_id] = _failures.get(model_id, 0) + 1
+        if _failures[model_id] >= _MAX_CONSECUTIVE_FAILURES:
+            _failures.pop(model_id, None)
+            _fail_queued(
+                rt,
+                model_id,
+                f"the update failed {_MAX_CONSECUTIVE_FAILURES} times in a row "
+                f"({type(exc).__name__}: {exc}); the model stays on its current version",
+            )
+        raise
+    _failures.pop(model_id, None)
+
+
+def _fail_queued(rt: UpdateContext, model_id: int, reason: str) -> None:
+    with rt.uow() as uow:
+        if uow.models.lock(model_id) is None:
+            return
+        for request in uow.deletions.in_states(model_id, [RequestState.QUEUED], limit=rt.settings.max_batch):
+            fail_request(uow, model_id, request, reason)
+        uow.commit()
+    log.error("model %s: queued deletion requests failed: %s", model_id, reason)
+
+
+def _drain(rt: UpdateContext, model_id: int) -> None:
+    """Rounds until the queue is empty (then the claim is let go), or ``_MAX_ROUNDS`` of them (then a
+    fresh job, holding the claim, takes over)."""
+    next_transaction: RoundTransaction | None = None  # Round.next_transaction of the last round
+    try:
+        for _ in range(_MAX_ROUNDS):
+            transaction, next_transaction = next_transaction, None  # the round ends it, whatever happens
+            round_ = _round_with_retries(rt, model_id, transaction)
+            next_transaction = round_.next_transaction
+            if round_.version is not None:
+                finish(rt, model_id, round_.version.id, round_.version)
+            if round_.progressed:
+                # Requests committed meanwhile published no job: the next round's read is the look at
+                # the queue (under load it finds some, and no other statement is spent on looking).
+                continue
+            # The queue was empty at this round's read: let go of the claim, then look at the queue once
+            # more: a request committed before the release published no job and is seen here; one
+            # committed after it publishes a job, unless this drain takes the claim back first and so
+            # reads it in its next round. A model that cannot take an update now (retraining) gets a job
+            # from whatever makes it ready (service.jobs.training).
+            rt.hot.release_update(model_id)
+            if not round_.updatable or not _has_queued(rt, model_id) or not rt.hot.claim_update(model_id):
+                return
+    finally:
+        if next_transaction is not None:
+            next_transaction.close()
+    # Still busy: hand the rest, and the claim, to a fresh job instead of monopolising this worker.
+    with rt.uow() as uow:
+        uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
+        uow.commit()
+
+
+def _has_queued(rt: UpdateContext, model_id: int) -> bool:
+    with rt.uow() as uow:
+        return uow.deletions.any_queued(model_id)
+
+
+def _round_with_retries(
+    rt: UpdateContext, model_id: int, transaction: RoundTransaction | None = None
+) -> Round:
+    """:func:`apply_batch`, again after a blob collected before its commit or a flushed hot store;
+    ``transaction`` (the one the previous round's completion continued into this round) serves the first
+    attempt only."""
+
+    def one_round() -> Round:
+        nonlocal transaction
+        given, transaction = transaction, None
+        return apply_batch(rt, model_id, given)
+
+    def attempt() -> Round:
+        # A blob collected before the commit (service.storage.refs): the update writes it again.
+        return rewrite_if_collected(one_round, job="apply_deletions", detail=f"of model {model_id}")
+
+    for n in range(_HOT_STORE_RETRIES):
+        try:
+            return attempt()
+        except HotStoreLost:
+            # Redis was flushed mid-update: the transaction rolled back; the next attempt rebuilds
+            # the statistics from the artifact store before reading them.
+            metrics.HOT_STORE_REBUILDS.inc()
+            log.warning("hot store lost during update of model %s (attempt %d); rebuilding", model_id, n + 1)
+    return attempt()

@@ -1,0 +1,160 @@
+"""A deletion request's states past ``queued``, written in the caller's unit of work.
+
+``queued`` -> ``applying`` -> ``applied`` (:func:`mark_applied`) -> ``completed``
+(:mod:`service.jobs.completion`); ``queued`` -> ``awaiting_retrain`` (:func:`await_retrain`, which
+schedules the retrain that will apply them); any state before ``completed`` -> ``failed``
+(:func:`fail_request`). Each change writes the request's row, its history and its audit event; the
+caller commits. :func:`record_erasure` writes what an applied request leaves behind in the model's
+samples: the tombstones, and no plaintext row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from service import metrics
+from service.audit.service import model_chain, request_version_events
+from service.db.base import utcnow
+from service.db.tables import DeletionRequest, Model
+from service.jobs.context import UpdateContext
+from service.jobs.plans import Batch, tombstones
+from service.states import CallbackState, ModelState, RequestState
+from service.subjects import ID_FIELDS, PAIR_FIELDS, Redactor, hashed_names
+from service.uow import UnitOfWork
+
+
+def record_erasure(
+    rt: UpdateContext,
+    uow: UnitOfWork,
+    model: Model,
+    batch: Batch,
+    forgotten: dict[str, str],
+    *,
+    budget_epoch: int,
+    emptied: set[str] | None = None,
+) -> None:
+    """Tombstones (keyed hashes) for the forgotten samples and for owners with nothing left; the plaintext
+    sample rows go. ``emptied``: :func:`emptied_owners` of the batch, when the caller has it."""
+    uow.models.delete_samples(model.id, list(forgotten))
+    if emptied is None:
+        emptied = emptied_owners(batch, forgotten)
+    owners = {o for o in forgotten.values() if o}
+    left = uow.models.samples_of_owners(model.id, sorted(owners - emptied))
+    uow.models.add_erased(tombstones(rt.hasher, model.id, batch, forgotten, set(left), budget_epoch))
+
+
+def emptied_owners(batch: Batch, forgotten: Mapping[str, str]) -> set[str]:
+    """Owners a request named whole and whose samples were all forgotten: nothing of theirs is left,
+    known without a query (the plan holds every sample they had, read under the model lock)."""
+    named = set(batch.owners)
+    kept = {owner for sid, owner in batch.samples.items() if owner in named and sid not in forgotten}
+    return named - kept
+
+
+def mark_applied(
+    uow: UnitOfWork,
+    model_id: int,
+    requests: list[DeletionRequest],
+    version_id: int,
+    claimed_at: Any,
+    seq: int,
+    *first_events: dict[str, Any],
+) -> None:
+    """The requests are in version ``seq``; ``first_events`` go to the audit log just before theirs.
+    ``claimed_at`` (when the update took them) is recorded as their ``applying`` state; a retrain's
+    requests went through ``retraining`` instead and pass None."""
+    now = utcnow()
+    ids = [r.id for r in requests]
+    uow.deletions.set_state(ids, state=RequestState.APPLIED, version_id=version_id)
+    applying = (
+        [(rid, RequestState.APPLYING, claimed_at, None) for rid in ids] if claimed_at is not None else []
+    )
+    applied = [(rid, RequestState.APPLIED, now, f"version {seq}") for rid in ids]
+    uow.deletions.add_events([*applying, *applied])
+    uow.audit.append_many(
+        model_chain(model_id),
+        [*first_events, *request_version_events("deletion.applied", model_id, version_id, seq, ids)],
+    )
+
+
+def fail_request(
+    uow: UnitOfWork, model_id: int, request: DeletionRequest, reason: str, claimed_at: Any = None
+) -> None:
+    """The request failed for ``reason``: its subjects are dropped, its callback (if any) is queued.
+    ``claimed_at``: when an update took it, recorded as its ``applying`` state. The reason is kept (row,
+    history, audit event, callback) :func:`reason_at_rest`."""
+    now = utcnow()
+    reason = reason_at_rest(uow, model_id, request, reason)
+    request.state = RequestState.FAILED
+    request.failure_reason = reason
+    request.subjects = None
+    if claimed_at is not None:
+        uow.deletions.add_event(request.id, RequestState.APPLYING, claimed_at)
+    uow.deletions.add_event(request.id, RequestState.FAILED, now, reason)
+    uow.audit.append(
+        model_chain(model_id),
+        "deletion.failed",
+        model_id=model_id,
+        request_id=request.id,
+        payload={"reason": reason},
+    )
+    if request.callback_url:
+        request.callback_state = CallbackState.PENDING
+        uow.outbox.add("deliver_callback", {"request_id": request.id, "attempt": 1})
+    metrics.DELETIONS_FAILED.inc()
+
+
+UNNAMED = "<a subject of the request>"
+
+
+def reason_at_rest(uow: UnitOfWork, model_id: int, request: DeletionRequest, reason: str) -> str:
+    """``reason`` (often a method's error, which quotes the id it stopped at) with every id the request
+    names, every remaining sample of the owners it names and every node or graph id of its graph items
+    shown by keyed hash (``h:`` and a prefix, :func:`service.subjects.hashed_names`)."""
+    subjects = request.subjects or {}
+
+    def names() -> dict[str, str]:
+        owners = [str(o) for o in subjects.get("owner_ids", [])]
+        samples = [str(s) for field in ID_FIELDS if field != "owner_ids" for s in subjects.get(field, [])]
+        samples += [str(s) for field in PAIR_FIELDS for pair in subjects.get(field, []) for s in pair]
+        if owners:
+            samples += [s for held in uow.models.samples_of_owners(model_id, owners).values() for s in held]
+        if uow.hasher is None:  # a unit of work made without the deployment's hasher: no name at all
+            return dict.fromkeys([*owners, *samples], UNNAMED)
+        return hashed_names(uow.hasher, owners, samples)
+
+    return Redactor(names).text(reason)
+
+
+def await_retrain(
+    uow: UnitOfWork, model: Model, requests: list[DeletionRequest], reason: str, at: Any
+) -> None:
+    """Park ``requests`` until a retrain excludes them; schedule that retrain (a new budget epoch)."""
+    for request in requests:
+        request.state = RequestState.AWAITING_RETRAIN
+        uow.deletions.add_event(request.id, RequestState.AWAITING_RETRAIN, at, reason)
+    schedule_retrain(uow, model, reason, requests)
+
+
+def schedule_retrain(
+    uow: UnitOfWork, model: Model, reason: str, waiting: Sequence[DeletionRequest] = ()
+) -> None:
+    """Put the (locked) model in ``retraining``, phase ``waiting``, and queue the retrain job for after
+    the commit (:func:`service.jobs.training.retrain_model`); the ``retrain.scheduled`` audit event
+    names the reason and the requests ``waiting`` for it (none for a retrain asked for through the API).
+    While the model is retraining no update runs: requests submitted meanwhile stay queued and the
+    retrain excludes them too."""
+    model.status = ModelState.RETRAINING
+    model.phase = "waiting"
+    model.progress = 0.0
+    model.eta_seconds = None
+    uow.audit.append(
+        model_chain(model.id),
+        "retrain.scheduled",
+        model_id=model.id,
+        payload={"reason": reason, "requests": [r.id for r in waiting], "budget_epoch": model.budget_epoch},
+    )
+    uow.outbox.add(
+        "retrain_model", {"model_id": model.id, "reason": reason}, dedupe_key=f"retrain:{model.id}"
+    )

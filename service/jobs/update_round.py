@@ -1,0 +1,402 @@
+"""One deletion update round: drain up to ``max_batch`` of a model's queued requests into one new version.
+
+In one transaction, under the model lock (``SELECT ... FOR NO KEY UPDATE`` on the model row):
+
+1. lock and read the queued requests (oldest first) and the current version's state
+   (:func:`service.jobs.round_repository.lock_round`);
+2. take the longest prefix of requests the budget policy allows (``method.must_retrain``); the rest
+   wait for a retrain, which this transaction schedules
+   (:func:`service.jobs.request_lifecycle.await_retrain`);
+3. ``method.forget`` on the union (additivity: one call, one new version); a request the method
+   rejects is failed alone and the others are applied without it;
+4. write the blobs, then record in the transaction the version row, the ledger charge, the request
+   states, the tombstones, the erasure of the rows from the stored training and dataset arrays, the
+   audit events and the statistics in Redis (keyed by version, so Redis ahead of an aborted commit is
+   detected and rebuilt), and commit (:func:`service.jobs.round_repository.record_round`);
+5. after the commit: complete the version (serve it, delete the garbage blobs, complete the requests;
+   :mod:`service.jobs.completion`), in the transaction the round's COMMIT began when it could.
+
+The drain (:mod:`service.jobs.drain`) runs rounds until the queue is empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from service import metrics
+from service.db.base import utcnow
+from service.db.tables import DeletionRequest, Model, ModelVersion
+from service.jobs.completion import complete_in_round_transaction
+from service.jobs.context import UpdateContext
+from service.jobs.plans import Batch, RequestPlan, plan_requests
+from service.jobs.request_lifecycle import await_retrain, emptied_owners, fail_request, mark_applied
+from service.jobs.round_repository import (
+    LockedRound,
+    PendingRoundLock,
+    RecordedRound,
+    UnlearnedVersion,
+    finish_lock_round,
+    lock_round,
+    record_round,
+    start_lock_round,
+    start_record_round,
+)
+from service.jobs.state import (
+    derive_seed,
+    load_hot_statistics,
+    load_state,
+    policy_kwargs,
+    policy_of,
+    privacy_of,
+)
+from service.jobs.versions import Release, release_after_forget
+from service.states import ModelState, VersionKind
+from service.storage.statistics import HotStoreLost, RedisSampleStatistics
+from service.uow import UnitOfWork
+from unlearning.data import Dataset
+from unlearning.errors import UnlearningError
+from unlearning.methods.protocol import ForgetOutcome, MethodState, UnlearningMethod, needs_remaining_data
+from unlearning.methods.registry import get_method
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Forgot:
+    batch: Batch
+    outcome: ForgetOutcome | None
+    failed: dict[int, str]
+
+
+class RoundTransaction:
+    """The unit of work an update round runs in: a new one, or the one the previous round's completion
+    continued into this round (:meth:`continue_into_next_round`), whose transaction began with that
+    completion's COMMIT and has this round's lock started already
+    (:func:`service.jobs.completion.complete_in_round_transaction`). As a context manager it gives the
+    unit of work and ends it on exit, unless continued into the next round meanwhile."""
+
+    def __init__(
+        self, uow: UnitOfWork, entered: bool = False, pending_lock: PendingRoundLock | None = None
+    ) -> None:
+        self.uow = uow
+        self.pending_lock = pending_lock  # this round's lock, started (None: the round takes it itself)
+        self._entered = entered
+        self._continued = False
+
+    def __enter__(self) -> UnitOfWork:
+        if not self._entered:
+            self.uow.__enter__()
+            self._entered = True
+        return self.uow
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._continued:
+            self.uow.__exit__(exc_type, exc, tb)
+
+    def continue_into_next_round(self, pending_lock: PendingRoundLock) -> RoundTransaction:
+        """This unit of work, for the next round, whose lock (``pending_lock``) its transaction started."""
+        self._continued = True
+        self.uow.session.expunge_all()  # the next round adopts its rows afresh: the map stays small
+        return RoundTransaction(self.uow, entered=True, pending_lock=pending_lock)
+
+    def close(self) -> None:
+        """End a unit of work continued into a round that never ran (its transaction rolls back)."""
+        self.uow.__exit__(None, None, None)
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one update round did (:func:`apply_batch`)."""
+
+    progressed: bool  # whether it handled any queued request (then the queue may hold more)
+    version: ModelVersion | None  # the version to finish, as committed (the completion need not read it)
+    updatable: bool = True  # False: the model is unknown, not trained or not ready (retraining)
+    # The next round's transaction, its lock started (RoundTransaction): the version is completed already.
+    next_transaction: RoundTransaction | None = None
+
+
+def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction | None = None) -> Round:
+    """One update round: drain up to ``max_batch`` of the model's queued requests into one version.
+    ``transaction``: the one the previous round's completion continued into this round
+    (:attr:`Round.next_transaction`); None: a new one."""
+    started = time.perf_counter()
+    round_transaction = transaction if transaction is not None else RoundTransaction(rt.uow())
+    with round_transaction as uow:
+        locked = _lock_round(rt, uow, model_id, round_transaction.pending_lock)
+        model, requests, version = locked.model, locked.requests, locked.version
+        if model is None or model.status != ModelState.READY or model.current_version_id is None:
+            return Round(False, None, updatable=False)
+        if not requests:
+            return Round(False, None)
+        claimed_at = utcnow()
+        method = get_method(model.method)
+        if version is None:
+            raise RuntimeError(f"model {model_id} points at a missing version {model.current_version_id}")
+        state, stats = load_state(rt.hot, rt.cache, rt.hasher, uow, model, version)
+        remaining = (
+            rt.cache.dataset(model.training) if _needs_remaining(method, model) and model.training else None
+        )
+        plans = plan_requests(uow, model_id, requests, locked.owner_samples, locked.sample_owner)
+        take, wait, reason = _budget_prefix(method, model, state, plans)
+        noise_seed = derive_seed(model.seed, "noise", model_id, version.seq + 1)
+        forgot = _forget(method, model, state, stats, take, noise_seed, remaining)
+        if forgot.outcome is not None and (over := _over_budget(forgot.outcome)):
+            # The method's own budget check let through what its certificate says exceeds the cap:
+            # never ledger it; the requests wait for a retrain like any over-budget request.
+            wait, reason = [*forgot.batch.plans, *wait], over
+            forgot = _Forgot(Batch([]), None, forgot.failed)
+        if forgot.outcome is not None and (problem := _unverified(method, forgot.outcome)):
+            failed = {p.request.id: problem for p in forgot.batch.plans}
+            forgot = _Forgot(Batch([]), None, failed | forgot.failed)
+        for plan in take:
+            if plan.request.id in forgot.failed:
+                fail_request(uow, model_id, plan.request, forgot.failed[plan.request.id], claimed_at)
+        if wait:
+            await_retrain(uow, model, [p.request for p in wait], reason or "", claimed_at)
+        finished: ModelVersion | None = None
+        if forgot.outcome is not None and forgot.outcome.forgotten_ids:
+            recorded = _record_update(
+                rt, uow, model, version, stats, forgot.batch, forgot.outcome, claimed_at
+            )
+            finished = recorded.version
+            if recorded.completion is not None:
+                # Committed with its writes, its completion's reads answered in a new transaction of
+                # this unit of work: the completion goes on here, and starts the next round's lock in
+                # the transaction its own COMMIT begins.
+                _observe_round(started, requests)
+                next_lock = complete_in_round_transaction(
+                    rt,
+                    uow,
+                    model_id,
+                    recorded.version,
+                    recorded.completion,
+                    lambda conn: start_lock_round(conn, model_id, rt.settings.max_batch, rt.manifests),
+                )
+                if next_lock is None:
+                    return Round(True, None)
+                next_transaction = round_transaction.continue_into_next_round(next_lock)
+                return Round(True, None, next_transaction=next_transaction)
+        elif forgot.batch.plans:
+            # Nothing left to forget (an earlier version already excludes these subjects): the
+            # current version answers them.
+            mark_applied(
+                uow, model_id, [p.request for p in forgot.batch.plans], version.id, claimed_at, version.seq
+            )
+            finished = version
+        uow.commit()
+    _observe_round(started, requests)
+    return Round(True, finished)
+
+
+def _observe_round(started: float, requests: Sequence[DeletionRequest]) -> None:
+    metrics.UPDATE_SECONDS.observe(time.perf_counter() - started)
+    metrics.UPDATE_BATCH.observe(len(requests))
+
+
+def _lock_round(
+    rt: UpdateContext, uow: UnitOfWork, model_id: int, pending: PendingRoundLock | None = None
+) -> LockedRound:
+    """The model locked, its queued requests (locked, oldest first) and its current version
+    (:func:`service.jobs.round_repository.lock_round`); ``pending``: the lock, started already by the
+    previous round's completion."""
+    if pending is not None:
+        return finish_lock_round(uow.session, pending)
+    return lock_round(uow.postgres_connection(), uow.session, model_id, rt.settings.max_batch, rt.manifests)
+
+
+def _needs_remaining(method: UnlearningMethod, model: Model) -> bool:
+    """Whether the method's ``forget`` for this model reads the remaining rows (a certified Hessian-free
+    model checks its bound on them)."""
+    return needs_remaining_data(method, model.config, privacy_of(model))
+
+
+def _budget_prefix(
+    method: UnlearningMethod, model: Model, state: MethodState, plans: list[RequestPlan]
+) -> tuple[list[RequestPlan], list[RequestPlan], str | None]:
+    """The longest prefix of ``plans`` the budget allows, the requests that must wait, and why.
+
+    Requests keep their order: once one waits for the retrain, every later one waits with it.
+    """
+    privacy, policy = privacy_of(model), policy_of(model)
+    covered: set[str] = set()
+    for i, plan in enumerate(plans):
+        pending = covered | set(plan.samples)
+        if plan.samples:
+            reason = method.must_retrain(state, policy, privacy, pending_deletions=len(pending))
+            if reason is not None:
+                return plans[:i], plans[i:], reason
+        covered = pending
+    return plans, [], None
+
+
+def _forget(
+    method: UnlearningMethod,
+    model: Model,
+    state: MethodState,
+    stats: RedisSampleStatistics | None,
+    plans: list[RequestPlan],
+    noise_seed: int,
+    remaining: Dataset | None,
+) -> _Forgot:
+    """``method.forget`` on the batch; a request the method rejects fails alone."""
+    privacy, policy = privacy_of(model), policy_of(model)
+    extra = policy_kwargs(method.forget, policy)
+
+    def run(batch: Batch) -> ForgetOutcome | None:
+        request = batch.forget_request()
+        if stats is not None:
+            stats.discard_staged()
+        if not request.kinds():
+            return None
+        return method.forget(state, request, noise_seed, privacy, remaining=remaining, **extra)
+
+    if stats is not None:
+        stats.prefetch_owners(o for p in plans for o in p.owners)
+    batch = Batch(plans)
+    try:
+        return _Forgot(batch, run(batch), {})
+    except UnlearningError as exc:
+        _check_hot_store(stats)
+        if len(plans) == 1:
+            return _Forgot(Batch([]), None, {plans[0].request.id: str(exc)})
+    # Find the culprits one by one (rare: submissions are validated), then apply the rest together.
+    failed: dict[int, str] = {}
+    good: list[RequestPlan] = []
+    for plan in plans:
+        try:
+            run(Batch([plan]))
+            good.append(plan)
+        except UnlearningError as exc:
+            _check_hot_store(stats)
+            failed[plan.request.id] = str(exc)
+    batch = Batch(good)
+    return _Forgot(batch, run(batch) if good else None, failed)
+
+
+def _check_hot_store(stats: RedisSampleStatistics | None) -> None:
+    """An error caused by statistics vanishing from Redis is not the request's fault: retry instead."""
+    if stats is not None and stats.loaded_seq() is None:
+        raise HotStoreLost("statistics vanished from Redis during the update")
+
+
+def _over_budget(outcome: ForgetOutcome) -> str | None:
+    cert = outcome.certificate
+    if cert.budget_spent > cert.budget_cap:
+        return (
+            f"the update would spend {cert.budget_spent} {cert.budget_unit} "
+            f"of a budget capped at {cert.budget_cap}"
+        )
+    return None
+
+
+def _unverified(method: UnlearningMethod, outcome: ForgetOutcome) -> str | None:
+    problems = method.verify_certificate(outcome.certificate)
+    if problems:
+        return "the certificate of this update did not verify: " + "; ".join(problems)
+    return None
+
+
+def _record_update(
+    rt: UpdateContext,
+    uow: UnitOfWork,
+    model: Model,
+    previous: ModelVersion,
+    stats: RedisSampleStatistics | None,
+    batch: Batch,
+    outcome: ForgetOutcome,
+    claimed_at: Any,
+) -> RecordedRound:
+    """Write the round's blobs and record its version (``previous``: the version the round started from)
+    in ``uow``'s transaction (:func:`service.jobs.round_repository.record_round`, which starts the
+    version's completion with the round's COMMIT when it can)."""
+    planned = batch.samples
+    if stats is not None:
+        planned = {**planned, **stats.staged}
+    forgotten = {sid: planned.get(sid, "") for sid in outcome.forgotten_ids}
+    if unplanned := [sid for sid, owner in forgotten.items() if not owner]:
+        # The method forgot a sample the plan did not name (a collection graph whose last nodes the
+        # request deleted leaves whole): its owner from the samples table, so that the owner's tombstone
+        # is written (a later request naming that owner is then a 409, not an unknown subject).
+        forgotten.update(uow.models.owners_of(model.id, unplanned))
+    if set(forgotten) != set(batch.samples):
+        log.warning(
+            "model %s: the method forgot %d samples, the plan named %d",
+            model.id,
+            len(forgotten),
+            len(batch.samples),
+        )
+    cert = outcome.certificate
+    request = batch.forget_request()  # graphs: the stored graph loses exactly these items (service.graphs)
+    emptied = emptied_owners(batch, forgotten)
+
+    def release_blobs() -> Release:
+        return release_after_forget(
+            rt.artifacts,
+            rt.cache,
+            model,
+            outcome.state,
+            cert,
+            forgotten,
+            rt.settings.max_buckets,
+            staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
+            request=request,
+            whole_owners=emptied,
+        )
+
+    charge = {
+        "budget_unit": cert.budget_unit,
+        "budget_cap": cert.budget_cap,
+        "charge": cert.charge,
+        "spent": cert.budget_spent,
+    }
+
+    def created(version_id: int, seq: int) -> dict[str, Any]:
+        return {
+            "event_type": "version.created",
+            "model_id": model.id,
+            "request_id": None,
+            "version_id": version_id,
+            "payload": {
+                "seq": seq,
+                "kind": VersionKind.UNLEARNED.value,
+                "budget_epoch": model.budget_epoch,
+                "requests": [p.request.id for p in batch.plans],
+                "forgotten": len(forgotten),
+                "charge": cert.charge,
+                "spent": cert.budget_spent,
+                "cap": cert.budget_cap,
+                "guarantee": cert.guarantee,
+                "weights_sha256": release.released_blob,
+            },
+        }
+
+    def move_hot_statistics() -> None:
+        """Make Redis hold the new version's statistics: the round's staged removals applied, or the
+        method's new statistics loaded whole."""
+        if stats is None or release.statistics is None:
+            return
+        seq = previous.seq + 1
+        if isinstance(outcome.state.statistics, RedisSampleStatistics):
+            stats.apply(seq - 1, seq)
+        else:
+            load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics, release.snapshot)
+
+    conn = uow.postgres_connection()
+    with conn.pipeline():
+        # The reads the writes need go first, and the blobs are written while Postgres answers them;
+        # the hot statistics move while it executes the writes.
+        pending = start_record_round(conn, model, forgotten, emptied)
+        release = release_blobs()
+    unlearned = UnlearnedVersion(
+        model, previous, release, batch, forgotten, emptied, request, charge, claimed_at
+    )
+    return record_round(
+        conn, uow, rt.cache, rt.hasher, unlearned, pending, created, rt.manifests, move_hot_statistics
+    )

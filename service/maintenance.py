@@ -1,0 +1,150 @@
+"""Scheduled maintenance: repairs derived from Postgres, run by a daemon thread in every process.
+
+- :func:`reconcile` re-queues work whose message was lost (a crash, a broker flushed with Redis) and
+  finishes what a dead process left between two steps;
+- :func:`purge_expired` drops expired idempotency keys and outbox rows published more than a day ago;
+- :func:`sweep_orphans` deletes the blobs no row holds (on a thread of its own).
+
+Safe in every process at any time: outbox dedupe keys keep repeated passes from queueing a job twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Protocol
+
+from service import metrics
+from service.db.base import utcnow
+from service.jobs.completion import finish_stalled
+from service.models.retirement import WAITING, RetirementContext, erase_retired
+from service.periodic import RepeatingPass
+from service.settings import Settings
+from service.states import ModelState, RequestState
+from service.uow import UnitOfWork
+
+log = logging.getLogger(__name__)
+
+_PRUNE_SECONDS = 5.0  # how often expired values leave the blob cache (service.jobs.state.BlobCache)
+
+
+class MaintenanceContext(RetirementContext, Protocol):
+    """What maintenance uses of the process's runtime."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+
+def reconcile(rt: MaintenanceContext) -> None:
+    """Re-queue stalled work and finish what a dead process left half done."""
+    now = utcnow()
+    settled = now - timedelta(seconds=rt.settings.reconcile_after_seconds)
+    stale = now - timedelta(seconds=rt.settings.stale_job_seconds)
+    with rt.uow() as uow:
+        # Deletions of a ready model that nobody is applying: cheap to re-queue (a no-op if in hand).
+        for model_id in uow.models.models_with_requests(
+            [RequestState.QUEUED], before=settled, model_status=ModelState.READY
+        ):
+            uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
+        # Training jobs are long and share a lane: re-queue only when nothing has moved for a while.
+        for model in uow.models.stale_jobs([ModelState.QUEUED, ModelState.TRAINING], before=stale):
+            uow.outbox.add("train_model", {"model_id": model.id}, dedupe_key=f"train:{model.id}")
+        for model in uow.models.stale_jobs([ModelState.RETRAINING], before=stale):
+            uow.outbox.add("retrain_model", {"model_id": model.id}, dedupe_key=f"retrain:{model.id}")
+        stalled = uow.models.models_with_requests([RequestState.APPLIED], before=settled, model_status=None)
+        deleted = uow.models.models_with_requests(WAITING, before=settled, model_status=ModelState.DELETED)
+        uow.commit()
+    # A process died between a model's deletion and the erasure of its data: erase it now.
+    for model_id in deleted:
+        erase_retired(rt, model_id)
+    # A worker died between committing a version and completing its requests: finish them here.
+    for model_id in sorted(set(stalled) - set(deleted)):
+        finish_stalled(rt, model_id, rt.settings.reconcile_after_seconds)
+
+
+def purge_expired(uow: UnitOfWork) -> None:
+    """Expired idempotency keys, and outbox messages published more than a day ago, leave the database."""
+    now = utcnow()
+    uow.idempotency.purge_expired(now)
+    uow.outbox.purge_dispatched(now - timedelta(days=1))
+
+
+def sweep_orphans(rt: MaintenanceContext) -> list[str]:
+    """Delete the blobs no ``artifact_refs`` row holds and nobody put for ``orphan_grace_seconds``
+    (rolled-back attempts, dead processes, undone unlinks), under the collection lock; returns them."""
+
+    @contextmanager
+    def referenced(digests: list[str]) -> Iterator[set[str]]:
+        with rt.uow() as uow:
+            uow.refs.lock_for_collection()  # held while the store removes what is not referenced
+            yield set(digests) - uow.refs.unreferenced(digests)
+
+    removed = rt.artifacts.sweep(rt.settings.orphan_grace_seconds, referenced)
+    rt.cache.forget(removed)
+    if removed:
+        metrics.ORPHAN_BLOBS_REMOVED.inc(len(removed))
+        log.info("removed %d blobs no row held", len(removed))
+    return removed
+
+
+class _Every:
+    """A task due every ``seconds``, and at once the first time."""
+
+    def __init__(self, seconds: float, task: Callable[[], object]) -> None:
+        self.seconds = seconds
+        self.task = task
+        self.last: float | None = None
+
+    def run_if_due(self) -> None:
+        if self.last is None or time.monotonic() - self.last >= self.seconds:
+            self.last = time.monotonic()
+            self.task()
+
+
+class Maintenance:
+    """The daemon thread that runs the repairs on their schedules."""
+
+    def __init__(self, rt: MaintenanceContext) -> None:
+        self._rt = rt
+        settings = rt.settings
+        self._schedule = [
+            _Every(settings.reconcile_after_seconds, self.repair),
+            _Every(_PRUNE_SECONDS, rt.cache.prune_expired),
+            _Every(settings.orphan_sweep_seconds, self._sweep_orphans_aside),
+        ]
+        self._passes = RepeatingPass("maintenance", settings.dispatcher_interval_seconds, self._run_due, log)
+        self._orphan_sweeper: threading.Thread | None = None
+
+    def repair(self) -> None:
+        """One reconciliation and purge pass."""
+        reconcile(self._rt)
+        with self._rt.uow() as uow:
+            purge_expired(uow)
+            uow.commit()
+
+    def sweep_orphans(self) -> None:
+        try:
+            sweep_orphans(self._rt)
+        except Exception:
+            log.warning("orphan sweep failed; the next one retries", exc_info=True)
+
+    def _sweep_orphans_aside(self) -> None:
+        if self._orphan_sweeper is None or not self._orphan_sweeper.is_alive():
+            self._orphan_sweeper = threading.Thread(
+                target=self.sweep_orphans, name="lethe-orphan-sweep", daemon=True
+            )
+            self._orphan_sweeper.start()
+
+    def start(self) -> None:
+        self._passes.start()
+
+    def stop(self) -> None:
+        self._passes.stop()
+
+    def _run_due(self) -> None:
+        for task in self._schedule:
+            task.run_if_due()

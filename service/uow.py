@@ -1,0 +1,125 @@
+"""Unit of work: one transaction, its repositories, and the outbox published after commit.
+
+Services never commit; the entrypoint (a route or a job) that opened the unit of work does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any, Self, cast
+
+from psycopg import Connection
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.audit.repository import AuditRepository
+from service.datasets.repository import DatasetRepository
+from service.deletions.repository import DeletionRepository
+from service.idempotency.repository import IdempotencyRepository
+from service.ledger.repository import LedgerRepository
+from service.models.repository import ModelRepository
+from service.outbox.repository import Message, OutboxRepository
+from service.storage.artifacts import BlobVanished
+from service.storage.refs import ArtifactRefRepository
+from service.subjects import SubjectHasher
+
+_BULK_LOADED = ("samples", "artifact_refs")
+_ANALYZE_LOCK_TIMEOUT = "2s"
+
+
+class UnitOfWork:
+    session: Session
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        publish: Callable[[list[Message]], None] | None = None,
+        blob_exists: Callable[[str], bool] | None = None,
+        snapshot: bool = False,
+        hasher: SubjectHasher | None = None,
+    ) -> None:
+        """``hasher``: how this deployment hashes subjects, for what the unit of work writes about them in
+        text (:func:`service.jobs.request_lifecycle.reason_at_rest`)."""
+        self.hasher = hasher
+        self._sessions = sessions
+        self._snapshot = snapshot
+        self._publish = publish
+        self._blob_exists = blob_exists
+
+    def __enter__(self) -> Self:
+        self.session = self._sessions()
+        self.datasets = DatasetRepository(self.session)
+        self.models = ModelRepository(self.session)
+        self.deletions = DeletionRepository(self.session)
+        self.ledger = LedgerRepository(self.session)
+        self.audit = AuditRepository(self.session)
+        self.idempotency = IdempotencyRepository(self.session)
+        self.outbox = OutboxRepository(self.session)
+        self.refs = ArtifactRefRepository(self.session)
+        if self._snapshot:
+            self.session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # close() rolls back and detaches without expiring (rollback() would), so loaded objects stay readable
+        self.session.close()
+
+    def postgres_connection(self) -> Connection[Any]:
+        """The psycopg connection of this transaction, after flushing the session."""
+        self.session.flush()
+        return cast(Connection[Any], self.session.connection().connection.driver_connection)
+
+    def bookkeeping(self) -> UnitOfWork:
+        """``synchronous_commit = off`` for this transaction; returns self. Only for records a crash may
+        lose harmlessly, never for data a client is told about."""
+        self.session.execute(text("SET LOCAL synchronous_commit = off"))
+        return self
+
+    def refresh_planner_statistics(self) -> None:
+        """``ANALYZE`` the tables filled in bulk by registration and training (``samples``,
+        ``artifact_refs``). Raises (lock timeout, 2 s) rather than wait behind a VACUUM."""
+        self.session.execute(text(f"SET LOCAL lock_timeout = '{_ANALYZE_LOCK_TIMEOUT}'"))
+        self.session.execute(text(f"ANALYZE {', '.join(_BULK_LOADED)}"))
+
+    def send_commit(self, conn: Connection[Any], begin_next: bool = False) -> bool:
+        """Queue the COMMIT in the caller's pipeline on ``conn`` (after its last statement); True if sent.
+
+        Sends nothing and returns False when :meth:`commit` has work to do first (unflushed session,
+        outbox messages, held artifact references). The caller calls :meth:`commit` either way.
+        ``begin_next``: also queue BEGIN; this unit of work continues in the new transaction. If an
+        earlier statement of the pipeline fails, nothing commits."""
+        session = self.session
+        if session.new or session.dirty or session.deleted or self.outbox.added or self.refs.held:
+            return False
+        if begin_next:
+            conn.execute("COMMIT")
+            conn.execute("BEGIN")
+            self.refs.commit_locked = False  # the commit released it
+        else:
+            conn.commit()
+        return True
+
+    def check_stored(self, blobs: Iterable[str]) -> None:
+        """Raise :class:`BlobVanished` if one of ``blobs`` is no longer stored. Only meaningful under
+        :meth:`ArtifactRefRepository.lock_for_commit`, which keeps collectors out until the commit."""
+        if self._blob_exists is None:
+            return
+        missing = sorted(d for d in blobs if not self._blob_exists(d))
+        if missing:
+            raise BlobVanished(missing)
+
+    def commit(self) -> None:
+        """Commit, then publish the outbox messages written (a crash in between: the dispatcher's pass
+        publishes them). With artifact references added, first take the commit lock and
+        :meth:`check_stored` them: :class:`BlobVanished` means nothing committed and the caller writes
+        its blobs again."""
+        if self.refs.held and self._blob_exists is not None:
+            self.refs.lock_for_commit()
+            self.check_stored(self.refs.held)
+        self.session.commit()
+        messages, self.outbox.added = self.outbox.added, []
+        if messages and self._publish is not None:
+            self._publish(messages)
