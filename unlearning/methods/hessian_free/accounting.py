@@ -16,7 +16,6 @@ GRADIENT_RESIDUAL_KEY = "gradient_residual"
 EQ56_INPUT_KEYS = ("eta", "q", "G", "G_source", "rho", "rho_source", "batch_size", "batches_per_epoch",
                    "total_steps", "epochs", "clip_mode", "clip_norm", "l2", "training_seed")
 """The recorded inputs of the Eq. 56 bound, as its certificates carry them."""
-_REPAIR_KEYS = ("repaired", "repair_epochs", "repair_seed")
 
 
 @dataclass(frozen=True)
@@ -136,5 +135,5 @@ class HFAccounting:
             repair_epochs=data.get("repair_epochs"),
             repair_seed=data.get("repair_seed"),
             gradient_residual=None if residual is None else GradientResidualAccount.from_dict(residual),
-            extra={k: v for k, v in data.items() if k not in known and k not in _REPAIR_KEYS},
+            extra={k: v for k, v in data.items() if k not in known},
         )

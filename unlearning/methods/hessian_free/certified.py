@@ -19,7 +19,7 @@ The mechanism:
   ``(||grad F_D(w)|| + slack)/l2 <= Delta_max/10``; release w + N(0, sigma^2 I);
 - forget: w <- w + sum_{u in U} a^{-u}; one float64 pass over D' gives ``||grad F_{D'}(w)||`` and its
   rounding slack (:mod:`.objective`); while ``(||grad|| + slack)/l2 > Delta_max``, Newton-CG steps
-  warm-started at w, each aiming at Delta_max/10, at most ``max_newton_steps``; if still above, an exact
+  warm-started at w, each aiming at 0.7 Delta_max, at most ``max_newton_steps``; if still above, an exact
   solve (Newton-CG to Delta_max/10 without a step limit) and the vectors are marked stale (the method then
   asks for a retrain, which refreshes them). Release w + fresh N(0, sigma^2 I).
 
@@ -56,7 +56,7 @@ BOUND_NAME = "gradient_residual"
 CONVEX_FAMILIES = ("logistic_regression",)
 """The families whose training objective is l2-strongly convex (softmax regression; two classes is binary)."""
 POLISH_FRACTION = 0.1  # the fit's polish and an exact solve reach Delta_max / 10
-STEP_FRACTION = 0.3  # a deletion's Newton steps aim at 0.3 Delta_max (docs/decisions.md)
+STEP_FRACTION = 0.7  # a deletion's Newton steps aim at 0.7 Delta_max (docs/decisions.md)
 MAX_EXACT_STEPS = 100  # Newton steps of an exact solve (a strongly convex problem needs far fewer)
 MAX_CG_ITERATIONS = 500  # Hessian-vector products per Newton step
 MAX_NEWTON_STEPS = 100  # the largest max_newton_steps a configuration may ask for

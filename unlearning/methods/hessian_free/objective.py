@@ -98,7 +98,7 @@ class SoftmaxObjective:
         self.l2 = float(l2)
         self.device = device
         self.onehot = F.one_hot(self.y, self.num_classes).to(torch.float64)
-        row_norms = torch.sqrt((self.x * self.x).sum(1) + 1.0)  # ||x̃_i||
+        row_norms = torch.sqrt(torch.linalg.vector_norm(self.x, dim=1) ** 2 + 1.0)  # ||x̃_i||, no (n, D) temporary
         self._mean_norm = float(row_norms.mean())
         self._mean_sq_norm = float((row_norms * row_norms).mean())
         self._gamma_sum = _gamma(min(self.n, ROW_BLOCK) + -(-self.n // ROW_BLOCK))
@@ -195,13 +195,14 @@ def newton_step(
 ) -> Evaluation:
     """One inexact Newton step from ``at`` aiming at ``||grad F|| <= target_norm``.
 
-    CG stops once the linear residual is at most ``target_norm / 2`` (or, far from the minimiser, half
-    the current gradient norm: the forcing term of Eisenstat & Walker); the full step is taken when it
-    lowers F or the gradient norm (near the minimiser a decrease of F is below float64 resolution), else
-    it is halved (Armijo backtracking). Returns the evaluation at the new point.
+    CG stops once the linear residual ||H d + g|| is at most ``min(max(target_norm, eta ||g||), ||g||) / 2``
+    with the forcing term ``eta = min(0.5, sqrt(||g||))`` (Eisenstat & Walker): no tighter than the target
+    needs, looser far from the minimiser. The full step is taken when it lowers F or the gradient norm
+    (near the minimiser a decrease of F is below float64 resolution), else it is halved (Armijo
+    backtracking). Returns the evaluation at the new point (``at`` itself when no halving helped).
     """
-    tolerance = max(0.5 * target_norm, min(0.5, math.sqrt(at.gradient_norm)) * at.gradient_norm * 0.5)
-    tolerance = min(tolerance, 0.5 * at.gradient_norm)
+    forcing = min(0.5, math.sqrt(at.gradient_norm)) * at.gradient_norm
+    tolerance = 0.5 * min(max(target_norm, forcing), at.gradient_norm)
     direction = _conjugate_gradient(objective, at, tolerance, max_cg)
     slope = float(at.gradient @ direction)
     step = 1.0
