@@ -4,6 +4,11 @@ rows as the first release (docs/hessian_free.md)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -26,7 +31,7 @@ def _held_out_accuracy(client: Client, model_id: int) -> float:
     return float(np.mean(predicted == labels))
 
 
-def test_a_hundred_certified_deletions_keep_sigma_and_accuracy(client: Client) -> None:
+def test_a_hundred_certified_deletions_keep_sigma_and_accuracy(client: Client, service_env: dict[str, str]) -> None:
     r = client.http.post("/v1/datasets/bundled", json={"name": "synthetic", "n": _N, "seed": _SEED})
     assert r.status_code == 201, r.text
     body = {
@@ -51,3 +56,11 @@ def test_a_hundred_certified_deletions_keep_sigma_and_accuracy(client: Client) -
     assert {d["version"]["kind"] for d in done} == {"unlearned"}, "a retrain replaced the certified updates"
     last = _held_out_accuracy(client, model_id)
     assert first > 0.8 and last >= first - 0.02, (first, last)
+    # An auditor with the deployment's credentials recomputes the served version's residual.
+    audit = subprocess.run(
+        [sys.executable, "-m", "service.residual_audit", str(model_id)],
+        env={**os.environ, **service_env}, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert audit.returncode == 0, audit.stderr
+    result = json.loads(audit.stdout)
+    assert result["within_cap"] is True and result["bound"] <= result["sensitivity_cap"], result
