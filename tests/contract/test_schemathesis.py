@@ -33,8 +33,13 @@ def settled(embedded: TestClient, embedded_runtime: Runtime) -> Iterator[None]:
     """After the last case, wait until the session's app has finished what the fuzzer started on it
     (registrations train, retrains run, on its in-process worker). Later modules patch job functions
     for the whole process (tests/contract/test_update_failures.py): a job of this app still running
-    then would run the patched code against its own store and spoil their checks."""
+    then would run the patched code against its own store and spoil their checks. The fuzzer's models are
+    deleted first: a registration with the largest hyperparameters trains for tens of seconds, and a queued
+    training of a deleted model ends at once."""
     yield
+    for m in embedded.get("/v1/models", params={"limit": 500}).json()["models"]:
+        if m["status"]["state"] in BUSY:
+            embedded.delete(f"/v1/models/{m['id']}")
     deadline = time.monotonic() + SETTLE_SECONDS
     while busy := [
         m["id"]
