@@ -40,8 +40,9 @@ _SHOWN_ID = 80
 
 
 class InvalidIdError(InvalidDatasetError):
-    """An id holding a refused character: ``position`` is its 0-based index in the id, ``code_point`` its
-    ``U+XXXX`` form and ``problem`` the sentence that says so (without the id itself)."""
+    """An id holding a refused character: ``position`` is its 0-based index in the id, ``code_point`` the
+    character written as ``U+`` and at least four hex digits (``U+200B``), and ``problem`` the sentence that
+    says so (without the id itself)."""
 
     def __init__(self, value: str, position: int) -> None:
         char = value[position]
