@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 from psycopg import Connection
 from sqlalchemy import text
@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.audit.repository import AuditRepository
 from service.datasets.repository import DatasetRepository
+from service.db.postgres import session_connection
 from service.deletions.repository import DeletionRepository
 from service.idempotency.repository import IdempotencyRepository
 from service.ledger.repository import LedgerRepository
@@ -69,8 +70,7 @@ class UnitOfWork:
 
     def postgres_connection(self) -> Connection[Any]:
         """The psycopg connection of this transaction, after flushing the session."""
-        self.session.flush()
-        return cast(Connection[Any], self.session.connection().connection.driver_connection)
+        return session_connection(self.session)
 
     def bookkeeping(self) -> UnitOfWork:
         """``synchronous_commit = off`` for this transaction; returns self. Only for records a crash may

@@ -44,6 +44,13 @@ ORDER BY t.n
 """
 
 
+def session_connection(session: Session) -> Connection[Any]:
+    """The psycopg connection under ``session``'s transaction, after flushing what the session holds (so
+    plain statements on it see those rows and run after them)."""
+    session.flush()
+    return cast(Connection[Any], session.connection().connection.driver_connection)
+
+
 def select_list(entity: type[Base], unless_known: Mapping[str, str] | None = None) -> str:
     """Every column of ``entity``'s table, in the table's order, JSON columns as their text (decoded by
     :func:`adopt` as the engine decodes them). ``unless_known``: column -> a SQL condition under which it

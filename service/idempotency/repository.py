@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from psycopg import Connection, Cursor
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from service.db.base import utcnow
-from service.db.postgres import array_columns, jsonb_element
+from service.db.postgres import array_columns, jsonb_element, session_connection
 from service.db.tables import IdempotencyKey
 
 _CLAIM = """
@@ -58,7 +58,7 @@ class IdempotencyRepository:
         """Insert ``(scope, key, fingerprint)`` rows as in flight; returns the (scope, key) pairs inserted."""
         if not keys:
             return set()
-        claimed = claim_keys(self._connection(), keys, utcnow(), expires_at)
+        claimed = claim_keys(session_connection(self.session), keys, utcnow(), expires_at)
         return {(scope, key) for scope, key in claimed.fetchall()}
 
     def get(self, scope: str, key: str) -> IdempotencyKey | None:
@@ -69,12 +69,7 @@ class IdempotencyRepository:
 
     def complete_many(self, answers: list[tuple[str, str, int, dict[str, Any]]]) -> None:
         """:meth:`complete` for many ``(scope, key, status, body)`` (one statement)."""
-        store_answers(self._connection(), answers)
-
-    def _connection(self) -> Connection[Any]:
-        """The psycopg connection under the session's transaction (what the session holds is flushed)."""
-        self.session.flush()
-        return cast(Connection[Any], self.session.connection().connection.driver_connection)
+        store_answers(session_connection(self.session), answers)
 
     def release(self, scope: str, key: str) -> None:
         self.session.execute(
