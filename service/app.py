@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -24,7 +25,8 @@ from service.api.deps import ACCESS_EXTENSION, access_of, authorized
 from service.api.health import router as health_router
 from service.api.models import router as models_router
 from service.api.receipts import router as receipts_router
-from service.errors import ApiError, from_unlearning_error
+from service.errors import ApiError, StorageFull, from_unlearning_error
+from service.faults import disk_full
 from service.limits import RequestSizeLimit
 from service.runtime import Runtime
 from service.schemas import ERROR_TEXT, ErrorBody, error_responses
@@ -112,20 +114,11 @@ def _document_errors(app: FastAPI) -> None:
             for operation in (op for item in schema["paths"].values() for op in item.values()):
                 responses = operation.get("responses", {})
                 if "422" in responses:
-                    responses["422"] = {
-                        "description": "Invalid input",
-                        "content": {"application/json": {"schema": error_ref}},
-                    }
+                    responses["422"] = _error_response("Invalid input", error_ref)
                 if "requestBody" in operation and "400" not in responses:
-                    responses["400"] = {
-                        "description": "Malformed request",
-                        "content": {"application/json": {"schema": error_ref}},
-                    }
+                    responses["400"] = _error_response("Malformed request", error_ref)
                 if "requestBody" in operation and "413" not in responses:  # service.limits
-                    responses["413"] = {
-                        "description": "Request body over LETHE_MAX_REQUEST_BYTES",
-                        "content": {"application/json": {"schema": error_ref}},
-                    }
+                    responses["413"] = _error_response("Request body over LETHE_MAX_REQUEST_BYTES", error_ref)
             for name in ("HTTPValidationError", "ValidationError"):
                 components.pop(name, None)
             _document_access(schema["paths"], error_ref)
@@ -145,10 +138,20 @@ def _document_access(paths: dict[str, Any], error_ref: dict[str, str]) -> None:
             access = access_of([method], operation)
             operation[ACCESS_EXTENSION] = access
             if access == "write":
-                operation.setdefault("responses", {})["403"] = {
-                    "description": ERROR_TEXT[403],
-                    "content": {"application/json": {"schema": error_ref}},
-                }
+                operation.setdefault("responses", {})["403"] = _error_response(ERROR_TEXT[403], error_ref)
+
+
+def _error_response(description: str, error_ref: dict[str, str]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": error_ref}}}
+
+
+def _error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    """The body every error answers with: ``{"error": {"code", "message", ...extra}}``."""
+    return JSONResponse(
+        {"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers
+    )
 
 
 def _is_json(media_type: str) -> bool:
@@ -172,20 +175,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         if sent and not _is_json(sent) and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in errors):
             # FastAPI leaves a body it was not told is JSON unparsed, and then finds no object in it
             # ("Input should be a valid dictionary"): say what to send instead (curl -d sends a form).
-            return JSONResponse(
-                {
-                    "error": {
-                        "code": "unsupported_media_type",
-                        "message": f"the body was sent as {sent}: send JSON with Content-Type: application/json",
-                    }
-                },
-                status_code=415,
-            )
+            message = f"the body was sent as {sent}: send JSON with Content-Type: application/json"
+            return _error(415, "unsupported_media_type", message)
         if any(e.get("type") == "json_invalid" for e in errors):
-            return JSONResponse(
-                {"error": {"code": "malformed_json", "message": "the request body is not valid JSON"}},
-                status_code=400,
-            )
+            return _error(400, "malformed_json", "the request body is not valid JSON")
         details = [
             {"location": list(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")}
             for e in errors
@@ -193,9 +186,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = "; ".join(
             f"{'.'.join(str(p) for p in d['location'])}: {d['message']}" for d in details[:10]
         )
-        return JSONResponse(
-            {"error": {"code": "validation_error", "message": message, "details": details}}, status_code=422
-        )
+        return _error(422, "validation_error", message, details=details)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -208,19 +199,36 @@ def _install_error_handlers(app: FastAPI) -> None:
             allowed = _allowed_methods(request)
             headers["Allow"] = ", ".join(allowed)
             message = f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}"
-        return JSONResponse(
-            {"error": {"code": code, "message": message}},
-            status_code=exc.status_code,
-            headers=headers or None,
-        )
+        return _error(exc.status_code, code, message, headers or None)
+
+    @app.exception_handler(OSError)
+    async def os_error(request: Request, exc: OSError) -> JSONResponse:
+        full = _storage_full(request, exc)
+        if full is None:
+            raise exc  # answered by the handler of unexpected errors (500)
+        return full
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        full = _storage_full(request, exc)
+        if full is not None:
+            return full
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(
-            {"error": {"code": "internal", "message": "an unexpected error occurred; it has been logged"}},
-            status_code=500,
-        )
+        return _error(500, "internal", "an unexpected error occurred; it has been logged")
+
+
+def _storage_full(request: Request, exc: BaseException) -> JSONResponse | None:
+    """503 ``storage_full`` (with ``Retry-After``) for a write the disk refused: the work is not recorded
+    (blobs are written before the commit) and can be sent again once space is back; None for others."""
+    full = disk_full(exc)
+    if full is None:
+        return None
+    name = errno.errorcode.get(full.errno or 0, "ENOSPC")
+    log.warning(
+        "%s %s: the artifact store is out of space (%s); answered 503", request.method, request.url.path, name
+    )
+    error = StorageFull.of(name)
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
 class MetricsMiddleware:

@@ -1,9 +1,7 @@
-"""Where a deletion's callback may be POSTed: public addresses, and the networks an operator allows.
-
-Guards against server-side request forgery: a callback goes only to a globally reachable address or
-one inside ``LETHE_CALLBACK_ALLOWED_NETWORKS``. At submission, an IP-literal or ``localhost`` host is
-checked (no DNS on the request path); at delivery the host is resolved once and the POST goes to the
-first allowed address with the original ``Host`` and TLS server name (no DNS rebinding).
+"""Where a deletion's callback may be POSTed (against server-side request forgery): a globally reachable
+address or one in ``LETHE_CALLBACK_ALLOWED_NETWORKS``. At submission an IP-literal or ``localhost`` host
+is checked (no DNS); at delivery the host is resolved once and the POST goes to the first allowed
+address with the original ``Host`` and TLS server name (no DNS rebinding).
 """
 
 from __future__ import annotations

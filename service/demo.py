@@ -6,6 +6,7 @@ import logging
 
 from service.datasets import service as datasets
 from service.datasets.schemas import BundledDatasetIn
+from service.job_limits import JobLimits
 from service.models import service as models
 from service.models.schemas import ModelIn
 from service.runtime import Runtime
@@ -35,6 +36,7 @@ def ensure_demo(rt: Runtime) -> None:
             uow,
             rt.cache,
             ModelIn(name="demo", dataset_id=row.id, hyperparameters=DEMO_HYPERPARAMETERS),
+            JobLimits.of(rt.settings),
         )
         uow.commit()
     log.info("registered demo model %s on dataset %s (digits); it trains in the background", model.id, row.id)

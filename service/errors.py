@@ -8,11 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from unlearning.errors import (
-    AlreadyDeletedError,
-    UnknownSampleError,
-    UnlearningError,
-)
+from unlearning.errors import AlreadyDeletedError, UnknownSampleError, UnlearningError
 
 
 class ApiError(Exception):
@@ -71,12 +67,24 @@ class Unprocessable(ApiError):
     status, code = 422, "unprocessable"
 
 
-def from_unlearning_error(exc: UnlearningError) -> ApiError:
-    """Map a core-library error (always the caller's input) to a 4xx.
+class StorageFull(ApiError):
+    """The artifact store cannot write (ENOSPC, EDQUOT): nothing was recorded; the client retries later."""
 
-    An id that was already forgotten conflicts with the resource's state (409); everything else is
-    input the service cannot process as given (422). The library's messages already say what to fix.
-    """
+    status, code = 503, "storage_full"
+    RETRY_AFTER_SECONDS = 30
+    headers: ClassVar[dict[str, str] | None] = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+    @classmethod
+    def of(cls, errno_name: str) -> StorageFull:
+        return cls(
+            f"the artifact store is out of space ({errno_name}): nothing was recorded; retry later "
+            f"(in {cls.RETRY_AFTER_SECONDS} s or more)"
+        )
+
+
+def from_unlearning_error(exc: UnlearningError) -> ApiError:
+    """Map a core-library error (always the caller's input) to a 4xx: an id already forgotten conflicts
+    with the resource's state (409); anything else is input the service cannot process as given (422)."""
     if isinstance(exc, AlreadyDeletedError):
         return Conflict(str(exc), code="already_forgotten")
     if isinstance(exc, UnknownSampleError):
@@ -85,9 +93,4 @@ def from_unlearning_error(exc: UnlearningError) -> ApiError:
 
 
 def _snake(name: str) -> str:
-    out = []
-    for i, ch in enumerate(name):
-        if ch.isupper() and i:
-            out.append("_")
-        out.append(ch.lower())
-    return "".join(out)
+    return "".join(f"_{ch}" if ch.isupper() and i else ch for i, ch in enumerate(name)).lower()

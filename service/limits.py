@@ -82,14 +82,6 @@ async def _too_large(send: Send, limit: int, what: str) -> None:
         "split it into smaller requests (fewer bulk items, ids or instances per request)"
     )
     payload = json.dumps({"error": {"code": "payload_too_large", "message": message}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

@@ -1,7 +1,8 @@
 """Scheduled maintenance: repairs derived from Postgres, run by a daemon thread in every process.
 
-- :func:`reconcile` re-queues work whose message was lost (a crash, a broker flushed with Redis) and
-  finishes what a dead process left between two steps;
+- :func:`reconcile` re-queues work whose message was lost (a crash, a broker flushed with Redis), and a
+  training or retrain whose heartbeat stopped (its worker died), and finishes what a dead process left
+  between two steps;
 - :func:`purge_expired` drops expired idempotency keys and outbox rows published more than a day ago;
 - :func:`sweep_orphans` deletes the blobs no row holds (on a thread of its own).
 
@@ -44,16 +45,22 @@ def reconcile(rt: MaintenanceContext) -> None:
     now = utcnow()
     settled = now - timedelta(seconds=rt.settings.reconcile_after_seconds)
     stale = now - timedelta(seconds=rt.settings.stale_job_seconds)
+    silent = now - timedelta(seconds=rt.settings.job_heartbeat_timeout_seconds)
     with rt.uow() as uow:
         # Deletions of a ready model that nobody is applying: cheap to re-queue (a no-op if in hand).
         for model_id in uow.models.models_with_requests(
             [RequestState.QUEUED], before=settled, model_status=ModelState.READY
         ):
             uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
-        # Training jobs are long and share a lane: re-queue only when nothing has moved for a while.
-        for model in uow.models.stale_jobs([ModelState.QUEUED, ModelState.TRAINING], before=stale):
+        # A running training or retrain beats (service.jobs.heartbeat): silent for the timeout, it is dead.
+        # One not started yet waits its turn on its lane: its message is re-sent only after a long while.
+        trainings = uow.models.stale_jobs([ModelState.QUEUED], before=stale)
+        trainings += uow.models.silent_jobs(ModelState.TRAINING, before=silent)
+        for model in trainings:
             uow.outbox.add("train_model", {"model_id": model.id}, dedupe_key=f"train:{model.id}")
-        for model in uow.models.stale_jobs([ModelState.RETRAINING], before=stale):
+        retrains = uow.models.stale_jobs([ModelState.RETRAINING], before=stale)
+        retrains += uow.models.silent_jobs(ModelState.RETRAINING, before=silent)
+        for model in retrains:
             uow.outbox.add("retrain_model", {"model_id": model.id}, dedupe_key=f"retrain:{model.id}")
         stalled = uow.models.models_with_requests([RequestState.APPLIED], before=settled, model_status=None)
         deleted = uow.models.models_with_requests(WAITING, before=settled, model_status=ModelState.DELETED)

@@ -14,11 +14,11 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
-LANES = ("train", "updates", "io")
+LANES = ("train", "retrain", "updates", "io")
 
 LANE_OF_TASK: dict[str, str] = {
     "train_model": "train",
-    "retrain_model": "train",
+    "retrain_model": "retrain",
     "apply_deletions": "updates",
     "deliver_callback": "io",
 }

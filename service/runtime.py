@@ -14,6 +14,7 @@ import torch
 from service import heap
 from service.db.engine import make_engine, make_sessionmaker
 from service.deletions.intake import DeletionIntake
+from service.jobs.heartbeat import job_heartbeat
 from service.jobs.state import BlobCache, KnownManifests
 from service.maintenance import Maintenance
 from service.outbox.dispatcher import Dispatcher
@@ -69,7 +70,10 @@ class Runtime:
 
     def uow(self) -> UnitOfWork:
         return UnitOfWork(
-            self.sessions, publish=self.dispatcher.publish, blob_exists=self.artifacts.exists, hasher=self.hasher
+            self.sessions,
+            publish=self.dispatcher.publish,
+            blob_exists=self.artifacts.exists,
+            hasher=self.hasher,
         )
 
     def snapshot(self) -> UnitOfWork:
@@ -86,7 +90,8 @@ class Runtime:
         from service.jobs.registry import run
 
         try:
-            run(self, task, payload)
+            with job_heartbeat(self, task, payload):
+                run(self, task, payload)
         finally:
             if not self._heap_settled:
                 # the first job imported torch and warmed the caches

@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     dispatcher_interval_seconds: float = Field(0.5, gt=0)
     reconcile_after_seconds: float = Field(5.0, gt=0)
     stale_job_seconds: float = Field(300.0, gt=0)
+    # a running training or retrain bumps its model's heartbeat (updated_at) every job_heartbeat_seconds;
+    # one silent for job_heartbeat_timeout_seconds is presumed dead and re-queued (service.maintenance)
+    job_heartbeat_seconds: float = Field(2.0, gt=0)
+    job_heartbeat_timeout_seconds: float = Field(20.0, gt=0)
+    # the Redis broker redelivers a message unacknowledged this long (a worker died holding it)
+    broker_visibility_timeout_seconds: float = Field(300.0, gt=0)
     orphan_sweep_seconds: float = Field(900.0, gt=0)
     orphan_grace_seconds: float = Field(3600.0, gt=0)
     callback_max_attempts: int = Field(5, ge=1, le=50)
@@ -105,6 +111,12 @@ class Settings(BaseSettings):
     # python -m workers: GPUs to pin one worker each to ("0,1", "none"; unset: detected), CPU worker threads
     gpus: str | None = None
     worker_concurrency: int = Field(4, ge=1, le=256)
+    # one training job (service.job_limits): registrations whose estimate exceeds these are refused (422);
+    # a job runs at most job_time_factor x its estimate + job_time_grace_seconds, never past max_job_seconds
+    max_job_memory_mb: int = Field(8192, ge=16)
+    max_job_seconds: float = Field(6 * 3600.0, gt=0)
+    job_time_factor: float = Field(5.0, ge=1)
+    job_time_grace_seconds: float = Field(60.0, ge=0)
 
     @property
     def api_token_list(self) -> tuple[bytes, ...]:
@@ -136,7 +148,9 @@ class Settings(BaseSettings):
     def _artifact_url_parses(self) -> Settings:
         if self.artifact_url:  # an empty value (a compose file's ${VAR:-}) means unset
             if self.artifact_dir is not None:
-                raise ValueError("set LETHE_ARTIFACT_URL or LETHE_ARTIFACT_DIR, not both: blobs live in one store")
+                raise ValueError(
+                    "set LETHE_ARTIFACT_URL or LETHE_ARTIFACT_DIR, not both: blobs live in one store"
+                )
             parse_s3_url(self.artifact_url)
         return self
 
@@ -221,6 +235,15 @@ class Settings(BaseSettings):
             # Used byte for byte and never to change: surrounding whitespace from a copy is a different key.
             raise ValueError(
                 "LETHE_SUBJECT_HASH_KEY has surrounding whitespace: remove it (the key is used as is)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _heartbeat_within_its_timeout(self) -> Settings:
+        if self.job_heartbeat_timeout_seconds < 3 * self.job_heartbeat_seconds:
+            raise ValueError(
+                "LETHE_JOB_HEARTBEAT_TIMEOUT_SECONDS must be at least 3 x LETHE_JOB_HEARTBEAT_SECONDS: a job "
+                "that misses one beat (its row busy, a database blip) must not be presumed dead"
             )
         return self
 

@@ -1,8 +1,6 @@
-"""Ed25519 signatures over canonical JSON, the form deletion receipts are signed in.
-
-Canonical form: ``json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` as
-UTF-8; receipts hold no floats, so any JSON library sorting keys without whitespace gives the same bytes.
-Keys and signatures are unpadded base64url.
+"""Ed25519 signatures over canonical JSON, the form deletion receipts are signed in: ``json.dumps(payload,
+sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` as UTF-8 (receipts hold no floats, so any
+JSON library sorting keys without whitespace gives the same bytes); keys and signatures unpadded base64url.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Keyed hashes of data subjects, the only form in which a subject outlives its erasure:
 ``HMAC-SHA256(key, kind || 0x00 || id)`` with kind ``sample`` or ``owner``; and how text kept at rest
-(answers stored for replay, failure reasons) names subjects: by position in the request or by keyed hash
-(:class:`Redactor`).
+names subjects (:class:`Redactor`).
 """
 
 from __future__ import annotations
@@ -73,15 +72,12 @@ class HashedIdSet(MutableSet[str]):
         self._hashes.discard(self._hasher.sample(sample_id))
 
 
-# -- naming subjects in what is kept at rest -------------------------------------------------------
-
 ID_FIELDS = ("owner_ids", "sample_ids", "node_feature_ids", "graph_ids")
 """The fields of a deletion request body that list ids (``service.deletions.schemas.DeletionIn``)."""
 PAIR_FIELDS = ("edges", "graph_nodes")
 """The fields of a deletion request body that list pairs of ids."""
 HASH_SHOWN = 16
-"""Hex digits of a keyed hash shown where a text names a subject by hash (``h:`` + a prefix of the hash
-the audit log's ``subject_hashes`` hold)."""
+"""Hex digits of a keyed hash shown where a text names a subject by hash (``h:`` + a prefix)."""
 
 
 def request_positions(body: Mapping[str, Any]) -> dict[str, str]:
@@ -119,10 +115,8 @@ def hashed_names(hasher: SubjectHasher, owners: Iterable[str], samples: Iterable
 
 class Redactor:
     """Rewrites text kept at rest (a stored answer, a failure reason) so that it names no subject in plain:
-    wherever a message quotes one of the ids (as ``repr`` writes it, the way every message of the service
-    and of the core library quotes ids) the quote is replaced by the id's name at rest, a position in the
-    request (:func:`request_positions`) or a keyed hash (:func:`hashed_names`). ``names`` may be a
-    function, called only once some text has a quote in it."""
+    each id quoted as ``repr`` writes it becomes its name at rest (:func:`request_positions`,
+    :func:`hashed_names`). ``names`` may be a function, called once some text has a quote in it."""
 
     def __init__(self, names: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> None:
         self._names = names

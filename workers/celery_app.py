@@ -28,15 +28,30 @@ log = logging.getLogger(__name__)
 settings = Settings()
 app = Celery("lethe", broker=settings.effective_broker_url or "memory://")
 app.conf.update(
-    # A task is acknowledged after it ran, so a worker that dies mid-job hands it to another worker;
-    # every job is idempotent (each checks the state it starts from under the model lock).
+    # A task is acknowledged after it ran, so a message a dead worker held comes back (after the
+    # visibility timeout). Recovery does not wait for it: the reconciler re-queues a drain within seconds
+    # and a training or retrain whose heartbeat stopped within LETHE_JOB_HEARTBEAT_TIMEOUT_SECONDS; the
+    # broker's redelivery is the backstop for messages with no other record (a callback, a queued
+    # training taken just before the crash). Every job is idempotent (each checks the state it starts
+    # from under the model lock), so a message redelivered while its job still runs changes nothing.
     task_acks_late=True,
     task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
+    worker_prefetch_multiplier=1,  # a worker holds no message it is not running
     task_queues=[Queue(celery_queue_name(settings.celery_queue, lane)) for lane in LANES],
     task_default_queue=celery_queue_name(settings.celery_queue, "updates"),
+    # Broker or Redis restarts: reconnect, forever, with backoff; a worker that exits anyway is started
+    # again by its supervisor (workers.launcher, docker-compose.yml's restart policy).
+    broker_connection_retry=True,
     broker_connection_retry_on_startup=True,
-    broker_transport_options={"visibility_timeout": 3600},
+    broker_connection_max_retries=None,
+    # A running job finishes after a connection loss (its redelivered message finds the work done).
+    worker_cancel_long_running_tasks_on_connection_loss=False,
+    broker_transport_options={
+        "visibility_timeout": settings.broker_visibility_timeout_seconds,
+        "health_check_interval": 10,
+        "retry_on_timeout": True,
+        "socket_keepalive": True,
+    },
     worker_hijack_root_logger=False,
     task_ignore_result=True,
 )

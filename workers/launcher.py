@@ -1,18 +1,22 @@
 """``python -m workers``: start the Celery worker processes this host should run, and supervise them.
 
-What runs (:func:`plan`):
-- on a host with GPUs, one process per GPU, pinned to it (``CUDA_VISIBLE_DEVICES=<id>``), with a solo
-  pool on the ``train`` lane (training and retraining), and one CPU process (a thread pool) on the
-  ``updates`` and ``io`` lanes, kept off the GPUs (Hessian-free updates are vector additions);
-- on a host without GPUs, one CPU process on every lane.
+What runs (:func:`plan`), one process per lane group so that no job waits behind a job of another lane:
+- one CPU process (a thread pool) on the ``updates`` and ``io`` lanes (deletion updates, callbacks), kept
+  off the GPUs on a GPU host (Hessian-free updates are vector additions);
+- one process on the ``retrain`` lane (a retrain restores a live model's deletion guarantee, so it never
+  waits behind a first training): a thread pool, or on a GPU host a solo pool on the first GPU;
+- the ``train`` lane (first trainings): one thread-pool process, or on a GPU host one solo process per
+  GPU, pinned to it (``CUDA_VISIBLE_DEVICES=<id>``).
 
 The GPUs are found without initialising, or even probing, CUDA (:func:`visible_gpus`): ``LETHE_GPUS``
 (ids, or ``none``), else ``CUDA_VISIBLE_DEVICES``, else the ``/dev/nvidia<N>`` device files. This
 process never imports torch; each worker imports the core library only when its first job runs.
 
 Supervision (:func:`supervise`): SIGTERM or SIGINT is passed on to every worker (Celery's warm shutdown:
-running jobs finish); if one worker exits on its own, the others are stopped and the launcher exits with
-that worker's status, so the container or service manager restarts the whole set.
+running jobs finish). A worker that exits on its own (a crash, a broker connection it could not get back)
+is started again after a backoff (:class:`RestartPolicy`) while the others keep running; its jobs come back
+through the reconciler and the broker. One that exits more often than the policy allows in a minute stops
+the others and the launcher exits with its status, so the container or service manager takes over.
 ``python -m workers --dry-run`` prints the plan as JSON and starts nothing.
 """
 
@@ -28,13 +32,13 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from service import preflight
-from service.queue import LANES, celery_queue_name
+from service.queue import celery_queue_name
 from service.settings import Settings, settings_errors
 
 _PROGRAM = "lethe workers"  # how its messages begin
@@ -88,13 +92,15 @@ def plan(
     worker is the first)."""
     off_gpus = {"CUDA_VISIBLE_DEVICES": "", "LETHE_DEVICE": "cpu"}
     # The CPU worker comes first: every host has one, so it always serves on ``metrics_port`` itself.
+    cpu = ("cpu", "threads", ["updates", "io"], off_gpus if gpus else {})
     shapes: list[tuple[str, str, Sequence[str], dict[str, str]]] = (
         [
-            ("cpu", "threads", [lane for lane in LANES if lane != "train"], off_gpus),
+            cpu,
+            ("retrain", "solo", ["retrain"], {"CUDA_VISIBLE_DEVICES": gpus[0]}),
             *((f"gpu{gpu}", "solo", ["train"], {"CUDA_VISIBLE_DEVICES": gpu}) for gpu in gpus),
         ]
         if gpus
-        else [("cpu", "threads", LANES, {})]
+        else [cpu, ("retrain", "threads", ["retrain"], {}), ("train", "threads", ["train"], {})]
     )
     if metrics_port is not None and metrics_port + len(shapes) - 1 > 65535:
         raise ValueError(
@@ -133,24 +139,87 @@ def worker_argv(
     return [*argv, "-n", f"{name}@%h", "--loglevel=INFO", *extra]
 
 
-def supervise(processes: Sequence[WorkerProcess], environ: Mapping[str, str]) -> int:
-    """Run ``processes`` until a stop signal (then 0, once all have stopped) or until one exits on its
-    own (then the others are stopped and its status is returned: its exit code, 1 if that was 0, or
-    128 + the signal that killed it, as a shell reports it)."""
+@dataclass(frozen=True)
+class RestartPolicy:
+    """When a worker that exited on its own is started again: after ``first_delay`` seconds, doubling with
+    each exit within the last minute up to ``max_delay``; more than ``max_per_minute`` exits in a minute
+    and the launcher gives up (a worker that cannot start: a bad setting, a broker gone for good)."""
+
+    first_delay: float = 1.0
+    max_delay: float = 30.0
+    max_per_minute: int = 5
+
+    def delay(self, recent_exits: int) -> float | None:
+        """Seconds before the restart after ``recent_exits`` exits in the last minute (this one included),
+        or None: give up."""
+        if recent_exits > self.max_per_minute:
+            return None
+        return float(min(self.first_delay * 2 ** max(recent_exits - 1, 0), self.max_delay))
+
+
+@dataclass
+class _Supervised:
+    """One worker process under supervision: its current process, its recent exits, its pending restart."""
+
+    process: WorkerProcess
+    proc: subprocess.Popen[bytes] | None = None
+    exits: list[float] = field(default_factory=list)  # time.monotonic() of each exit in the last minute
+    restart_at: float | None = None
+
+
+def exit_status(code: int) -> int:
+    """A worker's exit as the launcher reports it: its exit code, 1 if that was 0, or 128 + the signal that
+    killed it, as a shell reports it."""
+    return 128 - code if code < 0 else code or 1
+
+
+def supervise(
+    processes: Sequence[WorkerProcess], environ: Mapping[str, str], policy: RestartPolicy = RestartPolicy()
+) -> int:
+    """Run ``processes`` until a stop signal (then 0, once all have stopped), restarting one that exits on
+    its own as ``policy`` says; if one exits too often, the others are stopped and its
+    :func:`exit_status` is returned."""
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    running = [(p, subprocess.Popen(p.argv, env={**environ, **p.env})) for p in processes]
+    workers = [_Supervised(p) for p in processes]
+
+    def start(worker: _Supervised) -> None:
+        worker.proc = subprocess.Popen(worker.process.argv, env={**environ, **worker.process.env})
+        worker.restart_at = None
+
+    for worker in workers:
+        start(worker)
     status = 0
     try:
-        while not stop.wait(_POLL_SECONDS):
-            exited = [(p.name, proc.returncode) for p, proc in running if proc.poll() is not None]
-            if exited:
-                name, code = exited[0]
-                print(f"{_PROGRAM}: {name} exited with status {code}; stopping the others", file=sys.stderr)
-                status = 128 - code if code < 0 else code or 1
-                break
+        while not stop.wait(_POLL_SECONDS) and status == 0:
+            now = time.monotonic()
+            for worker in workers:
+                if worker.restart_at is not None:
+                    if now >= worker.restart_at:
+                        start(worker)
+                    continue
+                assert worker.proc is not None
+                code = worker.proc.poll()
+                if code is None:
+                    continue
+                worker.exits = [t for t in worker.exits if now - t < 60.0] + [now]
+                delay = policy.delay(len(worker.exits))
+                name = worker.process.name
+                if delay is None:
+                    print(
+                        f"{_PROGRAM}: {name} exited with status {code}, {len(worker.exits)} times within a "
+                        "minute; stopping the others",
+                        file=sys.stderr,
+                    )
+                    status = exit_status(code)
+                    break
+                print(
+                    f"{_PROGRAM}: {name} exited with status {code}; restarting it in {delay:g} s",
+                    file=sys.stderr,
+                )
+                worker.restart_at = now + delay
     finally:
-        _stop_all([proc for _, proc in running])
+        _stop_all([w.proc for w in workers if w.proc is not None])
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return status

@@ -1,8 +1,6 @@
-"""The access log names no subject in plain: ``GET /v1/audit/events`` and the receipts take plain owner and
-sample ids in the query (``owner_id``, ``sample_id``), and uvicorn's access log writes the path with its
-query. :class:`SubjectQueryFilter` rewrites those values, in the log record only, to ``h:`` and a prefix of
-the id's keyed hash (:func:`service.subjects.hashed_names`), which the audit log's ``subject_hashes``
-start with."""
+"""The access log names no subject in plain: :class:`SubjectQueryFilter` rewrites the ``owner_id`` and
+``sample_id`` query values (audit events, receipts), in the log record only, to ``h:`` and a prefix of the
+id's keyed hash (:func:`service.subjects.hashed_names`)."""
 
 from __future__ import annotations
 

@@ -100,10 +100,7 @@ def query_events(
 
 
 @router.get(
-    "/verify",
-    response_model=VerifyOut,
-    summary="Recompute the hash chains",
-    responses=error_responses(404),
+    "/verify", response_model=VerifyOut, summary="Recompute the hash chains", responses=error_responses(404)
 )
 def verify(
     rt: RuntimeDep,
@@ -126,7 +123,4 @@ def verify(
         # The heads and the events from one snapshot: an event committed between the two reads would
         # otherwise look like an event beyond the head, reported as tampering.
         reports = verify_chains(uow.audit, chain=chain, model_id=model_id)
-    return VerifyOut(
-        ok=all(r.ok for r in reports),
-        chains=[ChainOut(**r.__dict__) for r in reports],
-    )
+    return VerifyOut(ok=all(r.ok for r in reports), chains=[ChainOut(**r.__dict__) for r in reports])

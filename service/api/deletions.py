@@ -41,8 +41,7 @@ IdempotencyKey = Annotated[
 
 
 def _check_callbacks(rt: Runtime, *bodies: DeletionIn) -> None:
-    """422 ``callback_not_allowed`` for a callback URL whose host is an address callbacks may not reach
-    (service.callback_targets); names the item of a bulk submission."""
+    """422 ``callback_not_allowed`` for a callback URL callbacks may not reach (naming the bulk item)."""
     for i, body in enumerate(bodies):
         if body.callback_url is None:
             continue

@@ -29,10 +29,8 @@ call it."""
 
 
 def access_of(methods: Iterable[str], extra: Mapping[str, Any] | None) -> Access:
-    """What an operation needs: ``read`` for GET and HEAD, and for one whose ``openapi_extra`` is
-    :data:`READS_ONLY`; ``write`` for every other, so a new route that changes state is closed to read
-    tokens unless it says otherwise. ``extra`` is the route's ``openapi_extra`` or, in the OpenAPI
-    document, the operation itself (FastAPI merges the one into the other)."""
+    """``read`` for GET and HEAD and for :data:`READS_ONLY` (``extra``: the route's ``openapi_extra``, or
+    the OpenAPI operation), ``write`` for every other: a new route is closed to read tokens by default."""
     if (extra or {}).get(ACCESS_EXTENSION) == "read":
         return "read"
     return "read" if {m.upper() for m in methods} <= {"GET", "HEAD"} else "write"
@@ -53,10 +51,9 @@ RequestId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="Deletion reque
 async def authorized(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
-    """With ``LETHE_API_TOKENS`` set, a /v1 request must carry ``Authorization: Bearer <token>``
-    (compared in constant time): one of those tokens for any call, or one of ``LETHE_READ_TOKENS`` for a
-    call :func:`access_of` calls a read; 401 for a missing or unknown token, 403 for a read token on a
-    write. Unset: every request passes (embedded mode, tests)."""
+    """With ``LETHE_API_TOKENS`` set, a /v1 request must carry ``Authorization: Bearer <token>`` (compared
+    in constant time), or one of ``LETHE_READ_TOKENS`` for a read (:func:`access_of`): 401 for a missing or
+    unknown token, 403 for a read token on a write. Unset: every request passes."""
     settings = request.app.state.runtime.settings
     if not settings.api_token_list:
         return

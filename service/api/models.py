@@ -8,6 +8,7 @@ from fastapi import APIRouter, Header, Path, Query, Response
 
 from service.api.deps import READS_ONLY, ModelId, RuntimeDep
 from service.errors import NotFound
+from service.job_limits import JobLimits
 from service.ledger.schemas import BudgetOut
 from service.ledger.service import budget
 from service.models import retirement, retraining, service
@@ -43,7 +44,7 @@ def list_methods() -> MethodList:
 )
 def register_model(body: ModelIn, rt: RuntimeDep) -> ModelOut:
     with rt.uow() as uow:
-        model = service.register(uow, rt.cache, body)
+        model = service.register(uow, rt.cache, body, JobLimits.of(rt.settings))
         uow.commit()
         return service.model_out(uow, model)
 

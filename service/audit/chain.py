@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 GENESIS = "0" * 64
+EVENT_FIELDS = ("event_type", "model_id", "request_id", "version_id", "payload")  # what an event names
 
 
 def canonical_time(at: datetime) -> str:

@@ -1,15 +1,10 @@
 """Check a Lethe deployment's audit log from outside: ``python -m service.audit.check --url URL``.
 
-Reads every chain over the API, recomputes each event's hash (definition: ``service/audit/chain.py``)
-
-    sha256(prev_hash || canonical JSON of {chain, seq, at, type, model_id, request_id, version_id, payload})
-
-and compares each chain's end with the head the service reports. ``--save-anchors FILE`` records the
-heads; ``--anchors FILE`` requires those events to keep those hashes (catches a chain rewritten whole).
-Then, unless ``--no-models``, each model's versions: exactly one ledger entry each, matching its
-certificate's charge/spent/cap; no entry over its cap; the release event names the version's weights
-digest; the served weights hash to the served version's digest (``--model ID``: that model only).
-Exit status 0 when everything holds, 1 otherwise, 2 for a usage error. ``lethe audit`` runs the same.
+Recomputes every chain's hashes over the API (``sha256(prev_hash || canonical JSON of {chain, seq, at,
+type, model_id, request_id, version_id, payload})``, :mod:`service.audit.chain`) against the reported
+heads and ``--anchors``; then, unless ``--no-models``, each model's versions against its ledger, its
+release events and the weights served. Exit status 0 when everything holds, 1 otherwise, 2 for a usage
+error. ``lethe audit`` runs the same.
 """
 
 from __future__ import annotations
@@ -54,8 +49,7 @@ def check(
     read: dict[str, list[AuditEventOut]] | None = None,
 ) -> list[ChainReport]:
     """Verify ``chains`` (default: every reported or anchored chain) against the service's heads and the
-    ``anchors`` (chain -> seq -> hash); an anchored chain no longer reported fails. ``read`` collects
-    each chain's events."""
+    ``anchors`` (chain -> seq -> hash; anchored but unreported fails); ``read`` collects the events."""
     anchors = anchors or {}
     reported = heads(client)
     wanted = chains if chains is not None else sorted(reported | {c: (0, "") for c in anchors})

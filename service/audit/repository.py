@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Text, and_, bindparam, cast, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from service.audit.chain import GENESIS, event_hash
+from service.audit.chain import EVENT_FIELDS, GENESIS, event_hash
 from service.db.base import table, utcnow
 from service.db.tables import SUBJECTS_ERASED_EVENT, AuditEvent, AuditHead, Model, RequestSubject
 from service.db.upsert import insert_ignore
@@ -43,17 +43,8 @@ def chain_rows(head: ChainHead, events: list[dict[str, Any]], at: datetime) -> l
     for event in events:
         seq += 1
         row = {"chain": head.chain, "chain_seq": seq, "at": at, "prev_hash": prev, **event}
-        row["hash"] = prev = event_hash(
-            row["prev_hash"],
-            chain=head.chain,
-            chain_seq=seq,
-            at=at,
-            event_type=row["event_type"],
-            model_id=row["model_id"],
-            request_id=row["request_id"],
-            version_id=row["version_id"],
-            payload=row["payload"],
-        )
+        fields = {name: row[name] for name in EVENT_FIELDS}
+        row["hash"] = prev = event_hash(row["prev_hash"], chain=head.chain, chain_seq=seq, at=at, **fields)
         rows.append(row)
     head.seq, head.hash = seq, prev
     return rows
@@ -73,22 +64,11 @@ class AuditRepository:
         version_id: int | None = None,
         payload: dict[str, Any] | None = None,
     ) -> None:
-        self.append_many(
-            chain,
-            [
-                {
-                    "event_type": event_type,
-                    "model_id": model_id,
-                    "request_id": request_id,
-                    "version_id": version_id,
-                    "payload": payload or {},
-                }
-            ],
-        )
+        ids = {"model_id": model_id, "request_id": request_id, "version_id": version_id}
+        self.append_many(chain, [{"event_type": event_type, **ids, "payload": payload or {}}])
 
     def lock_chain(self, chain: str) -> ChainHead | None:
-        """The chain's head (None if the chain has no event yet), row-locked until the transaction ends;
-        pass it to :meth:`append_many` as ``head``."""
+        """The chain's head (None: no event yet), row-locked until the transaction ends (for :meth:`append_many`)."""
         row = self.session.execute(_LOCK_HEAD, {"chain": chain}).first()
         return ChainHead(chain, row.seq, row.hash) if row is not None else None
 
@@ -130,15 +110,8 @@ class AuditRepository:
             stmt = stmt.where(AuditEvent.chain == chain)
         if subject_hashes is not None:
             # a literal list, not a subquery: with a subquery in the OR Postgres scans the whole log
-            requests = sorted(
-                set(
-                    self.session.scalars(
-                        select(RequestSubject.request_id).where(
-                            RequestSubject.subject_hash.in_(subject_hashes)
-                        )
-                    )
-                )
-            )
+            found = select(RequestSubject.request_id).where(RequestSubject.subject_hash.in_(subject_hashes))
+            requests = sorted(set(self.session.scalars(found)))
             # datasets' own erasures name hashes in the payload (64 hex: a text match cannot misfire);
             # the type is inlined so the planner can use ix_audit_events_subjects_erased
             named = and_(
@@ -171,7 +144,9 @@ class AuditRepository:
         if model_ids is not None:
             registered = registered.where(Model.id.in_(model_ids))
             named = named.where(AuditEvent.model_id.in_(model_ids))
-        return set(self.session.scalars(registered)), {m for m in self.session.scalars(named) if m is not None}
+        return set(self.session.scalars(registered)), {
+            m for m in self.session.scalars(named) if m is not None
+        }
 
     def heads(self, chains: list[str] | None = None) -> list[AuditHead]:
         stmt = select(AuditHead).order_by(AuditHead.chain)
@@ -183,14 +158,8 @@ class AuditRepository:
         """Every event of ``chain`` in sequence order, read in pages."""
         last = 0
         while True:
-            rows = list(
-                self.session.scalars(
-                    select(AuditEvent)
-                    .where(AuditEvent.chain == chain, AuditEvent.chain_seq > last)
-                    .order_by(AuditEvent.chain_seq)
-                    .limit(batch)
-                )
-            )
+            page = select(AuditEvent).where(AuditEvent.chain == chain, AuditEvent.chain_seq > last)
+            rows = list(self.session.scalars(page.order_by(AuditEvent.chain_seq).limit(batch)))
             yield from rows
             if len(rows) < batch:
                 return

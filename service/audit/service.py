@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from service.audit.chain import GENESIS, event_hash
+from service.audit.chain import EVENT_FIELDS, GENESIS, event_hash
 from service.audit.repository import AuditRepository
 from service.errors import NotFound
 from service.schemas import MAX_DB_INT
@@ -22,8 +22,8 @@ def model_chain(model_id: int) -> str:
 
 
 def completions_chain(model_id: int) -> str:
-    """The chain of the model's ``deletion.completed`` events (separate, so completions and new
-    versions never wait on one chain head's lock)."""
+    """The chain of the model's ``deletion.completed`` events (separate, so completions and new versions
+    never wait on one chain head's lock)."""
     return f"model:{model_id}:completions"
 
 
@@ -92,17 +92,8 @@ class ChainedEvent(Protocol):
 
 def rehash(prev_hash: str, event: ChainedEvent) -> str:
     """The hash ``event`` must carry after ``prev_hash`` (:func:`service.audit.chain.event_hash`)."""
-    return event_hash(
-        prev_hash,
-        chain=event.chain,
-        chain_seq=event.chain_seq,
-        at=event.at,
-        event_type=event.event_type,
-        model_id=event.model_id,
-        request_id=event.request_id,
-        version_id=event.version_id,
-        payload=event.payload,
-    )
+    fields = {name: getattr(event, name) for name in EVENT_FIELDS}
+    return event_hash(prev_hash, chain=event.chain, chain_seq=event.chain_seq, at=event.at, **fields)
 
 
 def verify_events(
@@ -190,15 +181,8 @@ def verify(
 
 def _missing_report(chain: str, events: int, why: str) -> ChainReport:
     left = f"{events} of its events are left" if events else "none of its events are left"
-    return ChainReport(
-        chain,
-        events,
-        head_seq=0,
-        head_hash="",
-        ok=False,
-        problem=f"{CHAIN_MISSING}: {why}, but the chain has no head ({left}): it was removed",
-        first_bad_seq=1,
-    )
+    problem = f"{CHAIN_MISSING}: {why}, but the chain has no head ({left}): it was removed"
+    return ChainReport(chain, events, head_seq=0, head_hash="", ok=False, problem=problem, first_bad_seq=1)
 
 
 def _expected(repo: AuditRepository, chains: list[str] | None) -> dict[str, tuple[int, str]]:

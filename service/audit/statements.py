@@ -27,9 +27,8 @@ ORDER BY t.n
 
 
 def lock_chain_head(conn: Connection[Any], chain: str, *, create: bool = True) -> Cursor[Any]:
-    """In a pipeline: the audit chain's head, locked until the transaction ends (read it with
-    :func:`chain_head`). ``create``: a chain with no event yet gets its genesis head first (a conflict
-    with an existing head does nothing and waits for nothing)."""
+    """In a pipeline: the chain's head, locked until the transaction ends (read: :func:`chain_head`);
+    ``create``: a genesis head first for a chain with none (a conflict does nothing and waits for nothing)."""
     if create:
         conn.execute(_NEW_HEAD, (chain, GENESIS))
     return conn.execute(_LOCK_HEAD, (chain,))
@@ -43,9 +42,8 @@ def chain_head(chain: str, row: Any) -> ChainHead:
 
 
 def append_events(conn: Connection[Any], head: ChainHead, events: list[dict[str, Any]], at: datetime) -> None:
-    """Append ``events`` (event_type, model_id, request_id, version_id, payload) to ``head``'s chain,
-    locked by this transaction, and move its head: two statements however many events
-    (:meth:`service.audit.repository.AuditRepository.append_many` on the session)."""
+    """Append ``events`` to ``head``'s chain, locked by this transaction, and move its head: two
+    statements however many events (:meth:`~service.audit.repository.AuditRepository.append_many`)."""
     if not events:
         return
     columns = array_columns(

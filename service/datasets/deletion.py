@@ -1,9 +1,6 @@
 """Deleting a dataset no live model uses: its rows leave the artifact store; its record and the audit
-log stay.
-
-Two transactions: (1) under the dataset row lock, refuse (409) if a live model uses it, mark it deleted,
-release its references; (2) unlink the blobs nothing holds and drop the manifest. Deleting it again
-reruns step 2.
+log stay. Two transactions: mark it deleted and release its references (409 if a live model uses it);
+then unlink the blobs nothing holds (deleting it again reruns this step).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Forgetting subjects in a table dataset no model uses (``POST /v1/datasets/{id}/deletions``).
-
-One idempotent transaction under the dataset row lock drops the rows, swaps the artifact references and
-appends a ``dataset.subjects_erased`` event (keyed hashes only); the released blobs are unlinked before
-the answer. Graph datasets are refused (their items leave through a model's updates).
+"""Forgetting subjects in a table dataset no model uses (``POST /v1/datasets/{id}/deletions``): one
+idempotent transaction under the dataset row lock drops the rows, swaps the references and logs a
+``dataset.subjects_erased`` event (keyed hashes); the released blobs are unlinked before the answer.
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from service.db.tables import SUBJECTS_ERASED_EVENT, Dataset
 from service.deletions.schemas import DatasetDeletionOut, DeletionIn
 from service.deletions.service import FAN_OUT_STATUSES, missing_subjects_error
 from service.errors import Conflict, Unprocessable
+from service.graphs.requests import has_graph_items
 from service.idempotency import service as idempotency
 from service.jobs.completion import collect_garbage
 from service.jobs.context import UpdateContext
@@ -26,7 +25,9 @@ class ErasureContext(UpdateContext, Protocol):
     """What erasing subjects from a dataset uses of the process's runtime."""
 
 
-def erase_subjects(rt: ErasureContext, dataset_id: int, key: str | None, body: DeletionIn) -> idempotency.Outcome:
+def erase_subjects(
+    rt: ErasureContext, dataset_id: int, key: str | None, body: DeletionIn
+) -> idempotency.Outcome:
     """Erase the rows ``body`` names from the dataset (200, with ``erased_rows``); replayed for the same key."""
     released: set[str] = set()
 
@@ -86,7 +87,7 @@ def _locked_table(uow: UnitOfWork, dataset_id: int, body: DeletionIn) -> Dataset
             "(register a model on it), or delete the whole dataset",
             code="graph_dataset",
         )
-    if body.edges or body.node_feature_ids or body.graph_ids or body.graph_nodes:
+    if has_graph_items(body):
         raise Unprocessable(
             f"dataset {dataset_id} is a table: name owner_ids or sample_ids", code="not_a_graph"
         )
@@ -99,8 +100,7 @@ _PAGE = 1000
 def _forgotten(
     rt: ErasureContext, uow: UnitOfWork, dataset_id: int, arrays: dict[str, Any], body: DeletionIn
 ) -> dict[str, str]:
-    """sample id -> owner id of the rows the request names; raises 409 if every missing id was erased
-    before, else 422."""
+    """sample id -> owner id of the rows the request names; 409 if every missing id was erased, else 422."""
     data = rt.cache.dataset(arrays)
     owners, samples = list(dict.fromkeys(body.owner_ids)), list(dict.fromkeys(body.sample_ids))
     present = set(data.owner_ids)

@@ -9,17 +9,7 @@ from pydantic import BaseModel, Field
 
 from service.schemas import Name, Strict
 
-BUNDLED = (
-    "digits",
-    "breast_cancer",
-    "wine",
-    "iris",
-    "mnist",
-    "synthetic",
-    "cora",
-    "imdb-binary",
-    "proteins",
-)
+BUNDLED = ("digits", "breast_cancer", "wine", "iris", "mnist", "synthetic", "cora", "imdb-binary", "proteins")
 
 
 class BundledDatasetIn(Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from dataclasses import dataclass
@@ -98,11 +99,9 @@ def printable(name: str) -> str:
 
 
 def usable_id(value: str) -> tuple[str, str | None]:
-    """``value`` as it is stored (its NFC form, :func:`unlearning.data.ids.normalize_id`) and why it cannot
-    be an uploaded id (None: it can). Every uploaded id must be one a deletion request can name
-    (``service.schemas.SubjectId``: 1 to ID_LENGTH characters once normalised, none of the characters the
-    id rule refuses) and not start with ``ERASED_PREFIX`` (erased graph tombstones); otherwise the subject
-    could never be forgotten. Tables and graphs follow this one rule."""
+    """``value`` as stored (NFC, :func:`unlearning.data.ids.normalize_id`) and why it cannot be an uploaded
+    id (None: it can): it must be one a deletion can name (``service.schemas.SubjectId``) and not start
+    with ``ERASED_PREFIX``, else the subject could never be forgotten. Tables and graphs share this rule."""
     try:
         value = normalize_id(value)
     except InvalidIdError as exc:
@@ -137,9 +136,8 @@ def _normalized_column(ids: tuple[str, ...], what: str, column: str, filename: s
 
 
 def normalized_table_ids(dataset: Dataset, fmt: str, filename: str, options: UploadOptions) -> Dataset:
-    """The dataset with its sample and owner ids in Unicode NFC, the form deletions name them by; a 422
-    naming the column, row and id of the first unusable id (:func:`usable_id`), or of two sample ids that
-    are one id once normalised."""
+    """The dataset with its sample and owner ids in Unicode NFC; a 422 naming the column, row and id of the
+    first unusable id (:func:`usable_id`), or of two sample ids that are one id once normalised."""
     if fmt == "npz":
         where = {"sample id": "array 'sample_ids'", "owner id": "array 'owner_ids'"}
     else:
@@ -159,21 +157,12 @@ def normalized_table_ids(dataset: Dataset, fmt: str, filename: str, options: Upl
                 code="invalid_dataset",
             )
         first[value] = row
-    return Dataset(
-        sample_ids=samples,
-        owner_ids=owners,
-        features=dataset.features,
-        labels=dataset.labels,
-        num_classes=dataset.num_classes,
-        name=dataset.name,
-        class_names=dataset.class_names,
-    )
+    return dataclasses.replace(dataset, sample_ids=samples, owner_ids=owners)
 
 
 def parse_upload(path: Path, fmt: str, filename: str, options: UploadOptions, limits: ReadLimits) -> Dataset:
-    """Read the uploaded file at ``path`` into a validated Dataset with normalised ids; every input problem
-    is a 4xx: past one of ``limits`` (checked while the file streams, before more is held) a 413 naming
-    the setting, a malformed file a 422 ``invalid_dataset`` saying what to fix."""
+    """Read the uploaded file at ``path`` into a validated Dataset with normalised ids: past one of
+    ``limits`` (checked as the file streams) a 413 naming the setting, a malformed file a 422."""
     if fmt not in FORMATS:
         raise UnsupportedMediaType(f"format {fmt!r} is not supported: use csv, npz or parquet")
     target = path.with_suffix("." + fmt)  # the loader tells the format by the suffix, gzip by the content
@@ -210,15 +199,7 @@ def reshape(dataset: Dataset, shape: tuple[int, ...] | None) -> Dataset:
             f"{dataset.num_features} features",
             code="invalid_dataset",
         )
-    return Dataset(
-        sample_ids=dataset.sample_ids,
-        owner_ids=dataset.owner_ids,
-        features=dataset.features.reshape(len(dataset), *shape),
-        labels=dataset.labels,
-        num_classes=dataset.num_classes,
-        name=dataset.name,
-        class_names=dataset.class_names,
-    )
+    return dataclasses.replace(dataset, features=dataset.features.reshape(len(dataset), *shape))
 
 
 def load_bundled(body: BundledDatasetIn) -> Dataset:
@@ -246,15 +227,7 @@ def _grouped(dataset: Dataset, samples_per_owner: int) -> Dataset:
         return dataset
     width = max(5, len(str(len(dataset) // samples_per_owner)))
     owners = tuple(f"owner-{i // samples_per_owner:0{width}d}" for i in range(len(dataset)))
-    return Dataset(
-        dataset.sample_ids,
-        owners,
-        dataset.features,
-        dataset.labels,
-        dataset.num_classes,
-        dataset.name,
-        class_names=dataset.class_names,
-    )
+    return dataclasses.replace(dataset, owner_ids=owners)
 
 
 def store(

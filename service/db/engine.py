@@ -31,6 +31,7 @@ def make_engine(url: str, *, pool_size: int = 40) -> Engine:
         pool_size=pool_size,
         max_overflow=20,
         future=True,
+        hide_parameters=True,  # an error logged or kept names no subject id a statement was given
         json_serializer=jsoncodec.dumps_bytes,  # psycopg sends the bytes as they are
         json_deserializer=jsoncodec.loads,
     )

@@ -1,10 +1,6 @@
-"""The JSON codec of the database's JSON columns: orjson, falling back to the standard library
-wherever orjson's result would differ from :func:`json.dumps` / :func:`json.loads`:
-
-- values orjson refuses (integers beyond 64 bits, ...) and values holding NaN or infinities (orjson
-  writes ``null``) are encoded by :func:`json.dumps`;
-- non-standard JSON (``NaN``) and documents holding a float of magnitude >= 2**63 (orjson's reading of
-  an out-of-range integer) are decoded by :func:`json.loads`.
+"""The JSON codec of the database's JSON columns: orjson, falling back to :func:`json.dumps` /
+:func:`json.loads` wherever orjson's result would differ (integers beyond 64 bits, NaN or infinities;
+non-standard JSON, floats of magnitude >= 2**63 that were out-of-range integers).
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""Plain statements on the psycopg connection under a unit of work (Postgres only): the building blocks
-of the deletion path's repositories (:mod:`service.deletions.submission_repository`,
-:mod:`service.jobs.round_repository`, :mod:`service.jobs.completion_repository`) and of the audit
-chain's statements (:mod:`service.audit.statements`).
-
-They send their SQL on :meth:`service.uow.UnitOfWork.postgres_connection`, in the unit
-of work's transaction, batched in psycopg's pipeline mode: a pipeline sends its statements without
-waiting for each answer, so a transaction costs two or three round trips. The helpers they share are
-here: the column lists of a SELECT (:func:`select_list`) and the adoption of its rows as the session's
-objects (:func:`adopt`), the INSERT of a new object's row (:func:`insert_row`), JSON and array
-parameters, and the requests' state history (:func:`insert_history`).
-
-Arrays go as one parameter each (``unnest``), so a statement costs the same for one row as for hundreds,
-written as Postgres array literals by :func:`array_literal` (the statement casts each to its type).
+"""Plain statements on the psycopg connection under a unit of work (Postgres only), sent in pipeline mode:
+the helpers the deletion path's repositories and the audit chain's statements share. Arrays go as one
+parameter each (``unnest``), so a statement costs the same for one row as for hundreds.
 """
 
 from __future__ import annotations
@@ -45,16 +34,14 @@ ORDER BY t.n
 
 
 def session_connection(session: Session) -> Connection[Any]:
-    """The psycopg connection under ``session``'s transaction, after flushing what the session holds (so
-    plain statements on it see those rows and run after them)."""
+    """The psycopg connection under ``session``'s transaction, after flushing what the session holds."""
     session.flush()
     return cast(Connection[Any], session.connection().connection.driver_connection)
 
 
 def select_list(entity: type[Base], unless_known: Mapping[str, str] | None = None) -> str:
-    """Every column of ``entity``'s table, in the table's order, JSON columns as their text (decoded by
-    :func:`adopt` as the engine decodes them). ``unless_known``: column -> a SQL condition under which it
-    is read as NULL (its value is known to the reader already)."""
+    """Every column of ``entity``'s table in order, JSON as text (decoded by :func:`adopt`);
+    ``unless_known``: column -> a SQL condition under which it is read as NULL (known to the reader)."""
     known = unless_known or {}
 
     def selected(column: Any) -> str:
@@ -69,10 +56,8 @@ def adopt(
     session: Session, entity: type[_Row], row: Sequence[Any], known: Mapping[str, Any] | None = None
 ) -> _Row:
     """The object of ``entity`` whose columns are ``row`` (as :func:`select_list` lists them), made a
-    persistent object of ``session`` without a query, as if the session had loaded it: changes to it are
-    flushed as UPDATEs. Values are decoded as the engine decodes them: JSON through
-    :mod:`service.db.jsoncodec`, timestamps as UTC. An object the session holds already is refreshed.
-    ``known``: column -> its value, for the columns the row does not carry (read as NULL)."""
+    persistent object of ``session`` without a query, values decoded as the engine decodes them (one held
+    already is refreshed). ``known``: column -> its value, for columns the row read as NULL."""
     values: dict[str, Any] = {}
     for column, value in zip(table(entity).c, row, strict=True):
         if known is not None and column.name in known:
@@ -121,15 +106,8 @@ ArrayElement = int | str | datetime | None
 
 def array_literal(values: Iterable[ArrayElement]) -> str:
     """``values`` as a Postgres array literal, ``{1,"a b",NULL}``, for a parameter the statement casts
-    to an array type (``%s::int[]``; psycopg sends a str as text of unknown type, which the cast types).
-
-    Not psycopg's adaptation of a Python list, which builds a dumper for each such parameter and scans
-    its elements for their type: about 25 microseconds a list, and a round sends some twenty-five of
-    them. Strings and timestamps are quoted and escaped as Postgres' array input reads them (a backslash
-    escapes the next character), so a value can hold any character, and the text ``NULL`` stays text;
-    integers go bare; None is SQL NULL.
-    Timestamps go in ISO 8601 with their offset (timezone-aware values, as :func:`service.db.base.utcnow`
-    makes)."""
+    (``%s::int[]``): strings and ISO 8601 timestamps quoted and escaped (the text ``NULL`` stays text),
+    integers bare, None as NULL. Cheaper than psycopg's list adaptation (docs/decisions.md)."""
     return "{" + ",".join(map(_array_element, values)) + "}"
 
 
@@ -152,8 +130,7 @@ def jsonb_element(value: Any) -> str:
 
 
 def array_columns(rows: Sequence[Sequence[ArrayElement]]) -> list[str]:
-    """Rows of equal length as their columns, one :func:`array_literal` each: the arrays a statement
-    unnests."""
+    """Rows of equal length as their columns, one :func:`array_literal` each (what a statement unnests)."""
     return [array_literal(column) for column in zip(*rows, strict=True)]
 
 

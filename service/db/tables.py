@@ -110,11 +110,7 @@ class ModelVersion(Base):
     __table_args__ = (
         UniqueConstraint("model_id", "seq"),
         # versions still naming weights (one per model): purging predecessors does not scan the history
-        Index(
-            "ix_model_versions_unpurged",
-            "model_id",
-            **partial("weights_purged_at IS NULL"),
-        ),
+        Index("ix_model_versions_unpurged", "model_id", **partial("weights_purged_at IS NULL")),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -237,11 +233,7 @@ class AuditEvent(Base):
     __table_args__ = (
         UniqueConstraint("chain", "chain_seq"),
         # lets an audit query by subject read these events without scanning the log
-        Index(
-            "ix_audit_events_subjects_erased",
-            "id",
-            **partial(f"event_type = '{SUBJECTS_ERASED_EVENT}'"),
-        ),
+        Index("ix_audit_events_subjects_erased", "id", **partial(f"event_type = '{SUBJECTS_ERASED_EVENT}'")),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -289,12 +281,7 @@ class OutboxMessage(Base):
     __table_args__ = (
         Index("ix_outbox_pending", "dispatched_at", "available_at"),
         # At most one undispatched message per dedupe key: 50 deletions on one model queue one update.
-        Index(
-            "uq_outbox_dedupe_key_pending",
-            "dedupe_key",
-            unique=True,
-            **partial("dispatched_at IS NULL"),
-        ),
+        Index("uq_outbox_dedupe_key_pending", "dedupe_key", unique=True, **partial("dispatched_at IS NULL")),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -1,12 +1,7 @@
-"""Group commit of deletion submissions (single and bulk).
-
-Request handlers hand submissions to one intake thread per process, which commits all waiting ones in
-one transaction and then wakes each handler. Per submission:
-- the Idempotency-Key, the request rows and the stored response commit together or not at all;
-- a key already present takes :func:`service.idempotency.service.run` (replay, 409 or 422);
-- the answer is stored as :func:`service.idempotency.service.at_rest` writes it (ids by position);
-- if the batch transaction fails, each submission is retried alone.
-A bulk submission's key covers all its items; its answer reports each (202 if all accepted, else 207).
+"""Group commit of deletion submissions (single and bulk): one intake thread per process commits all
+waiting submissions in one transaction, then wakes each handler. A submission's key, request rows and
+stored answer (:func:`service.idempotency.service.at_rest`) commit together; a key already present takes
+:func:`service.idempotency.service.run`; if the batch fails, each submission is retried alone.
 """
 
 from __future__ import annotations
@@ -68,8 +63,7 @@ class _Submission:
         return deletion_scope(self.model_id, bulk=self.bulk)
 
     def answer(self, results: list[Any]) -> tuple[int, dict[str, Any]]:
-        """The response stored under the key: a single request's 202 (its error raised), or a bulk
-        submission's report of every item."""
+        """The response stored under the key: a single 202 (its error raised), or a bulk report."""
         if self.bulk:
             return bulk_report(results)
         (result,) = results
@@ -216,8 +210,7 @@ class DeletionIntake:
         return outcome
 
     def _commit_together(self, batch: list[_Submission]) -> list[_Submission]:
-        """Commit every submission whose key is new in one transaction; returns the others (keys seen
-        before, or repeated in the batch)."""
+        """Commit every submission whose key is new in one transaction; returns the others."""
         rt = self._rt
         firsts: dict[tuple[str, str], _Submission] = {}
         for item in batch:
@@ -278,8 +271,7 @@ def _bodies(items: list[_Submission]) -> list[DeletionIn]:
 def _answers(
     items: list[_Submission], accept: Callable[[list[DeletionIn]], list[Any]]
 ) -> list[tuple[_Submission, int, dict[str, Any], ApiError | None]]:
-    """(submission, status, stored body, error to raise) for each of one model's submissions, from one
-    ``accept`` over all their requests."""
+    """(submission, status, stored body, error to raise) for each of one model's submissions (one ``accept``)."""
     try:
         results = accept(_bodies(items))
     except ApiError as exc:  # about the model itself (unknown, failed): every submission gets it

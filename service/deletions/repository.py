@@ -23,6 +23,8 @@ _INSERT_SUBJECTS = insert(table(RequestSubject))
 _ANY_QUEUED = select(
     exists().where(_requests.model_id == bindparam("model_id"), _requests.state == RequestState.QUEUED)
 )
+
+
 @cache
 def _in_states(lock: bool, limited: bool) -> Select[DeletionRequest]:
     """:meth:`DeletionRepository.in_states`'s statement, built once per form."""
@@ -62,16 +64,9 @@ class DeletionRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def add(self, request: DeletionRequest) -> DeletionRequest:
-        self.session.add(request)
-        self.session.flush()
-        return request
-
     def insert_many(self, rows: list[dict[str, Any]]) -> list[int]:
-        """Insert request rows (column -> value) in one batched INSERT ... RETURNING; their ids, in order.
-
-        Core rather than ORM objects: a burst inserts hundreds of requests, and the unit of work would
-        spend more time tracking them than the database spends storing them."""
+        """Insert request rows (column -> value) in one batched Core INSERT ... RETURNING (a burst inserts
+        hundreds: ORM objects would cost more to track than to store); their ids, in order."""
         if not rows:
             return []
         return list(self.session.scalars(_INSERT_REQUESTS, rows))
@@ -98,10 +93,8 @@ class DeletionRepository:
     def in_states(
         self, model_id: int, states: Sequence[RequestState], limit: int | None = None, *, lock: bool = True
     ) -> list[DeletionRequest]:
-        """Requests of a model in ``states``, oldest first, by default locked until the transaction ends.
-
-        The row locks make a concurrent cancel wait for the worker's decision instead of racing it.
-        """
+        """Requests of a model in ``states``, oldest first, by default locked until the transaction ends
+        (a concurrent cancel waits for the worker's decision instead of racing it)."""
         params: dict[str, Any] = {"model_id": model_id, "states": list(states)}
         if limit is not None:
             params["limit"] = limit

@@ -9,6 +9,7 @@ from pydantic import AnyHttpUrl, BaseModel, Field, UrlConstraints, model_validat
 
 from service.schemas import Strict, SubjectId
 from service.states import CallbackState, RequestState, VersionKind
+from service.subjects import ID_FIELDS, PAIR_FIELDS
 
 MAX_IDS = 10_000
 
@@ -16,6 +17,7 @@ Pair = Annotated[list[SubjectId], Field(min_length=2, max_length=2)]
 """Two ids: an edge [node id, node id], or a node inside a graph [graph id, node id]."""
 
 CallbackUrl = Annotated[AnyHttpUrl, UrlConstraints(max_length=2000, allowed_schemes=["http", "https"])]
+
 
 class DeletionIn(Strict):
     owner_ids: list[SubjectId] = Field(
@@ -54,14 +56,7 @@ class DeletionIn(Strict):
 
     @model_validator(mode="after")
     def _names_something(self) -> DeletionIn:
-        if not (
-            self.owner_ids
-            or self.sample_ids
-            or self.edges
-            or self.node_feature_ids
-            or self.graph_ids
-            or self.graph_nodes
-        ):
+        if not any(getattr(self, name) for name in (*ID_FIELDS, *PAIR_FIELDS)):
             raise ValueError(
                 "name at least one owner id (owner_ids) or sample id (sample_ids) to forget (graph models also "
                 "take edges, node_feature_ids, graph_ids or graph_nodes)"
@@ -97,7 +92,9 @@ class BulkOut(BaseModel):
 
 class DatasetDeletionItem(BaseModel):
     model_id: int
-    status: int = Field(description="202 when accepted, else the status the deletion on this model alone would have had")
+    status: int = Field(
+        description="202 when accepted, else the status the deletion on this model alone would have had"
+    )
     id: int | None = None
     expected_by: datetime | None = None
     error: dict[str, Any] | None = None

@@ -79,8 +79,8 @@ KEY_MISUSE = ("idempotency_key_reused", "idempotency_key_in_flight")
 
 
 def key_misuse(outcomes: list[Outcome]) -> Outcome | None:
-    """If every model refused the Idempotency-Key (reused: 422, in flight: 409), that refusal (422 first)
-    as the whole answer instead of a 207; else None."""
+    """If every model refused the Idempotency-Key (reused: 422, in flight: 409), that refusal (422 first);
+    else None."""
     refused = [
         o for o in outcomes if o.status != 202 and (o.body.get("error") or {}).get("code") in KEY_MISUSE
     ]
@@ -125,8 +125,7 @@ def submit_many(
 ) -> list[DeletionAccepted | ApiError]:
     """Validate each request against the model's remaining training set and queue the valid ones; per
     request, the DeletionAccepted or the error (422 unknown ids, 409 forgotten ids). Raises for the model
-    itself (404, 410, 409). The caller commits, then calls :func:`service.jobs.drain.request_update`.
-    """
+    itself (404, 410, 409). The caller commits, then calls :func:`service.jobs.drain.request_update`."""
     model = uow.models.get(model_id)
     check_accepting(model, model_id)
     assert model is not None

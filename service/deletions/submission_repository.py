@@ -1,20 +1,8 @@
-"""Accepting a batch of deletion submissions on Postgres, in one transaction of the intake's unit of work.
-
-A :class:`SubmissionRepository` serves one batch of :class:`service.deletions.intake.DeletionIntake`:
-
-- :meth:`~SubmissionRepository.claim` inserts each new Idempotency-Key as ``in_flight`` and reads, for
-  each model, its row, the remaining samples of the owners and samples the submissions name, the ids
-  the new requests will take, and its requests chain's head (locked);
-- :meth:`~SubmissionRepository.accept_submissions`, per model, checks and plans the requests in memory
-  (:func:`service.deletions.service.plan_submissions`), reading only, when a named subject is missing,
-  whether the model erased it;
-- :meth:`~SubmissionRepository.save` inserts the accepted requests, their subject hashes, their history
-  and their audit events, stores each key's answer, and sends the COMMIT with them when the unit of work
-  has nothing else to flush.
-
-Pipelined (:mod:`service.db.postgres`): two round trips per batch, whatever its size. Requests naming
-graph items (edges, node features, graphs) are accepted through the repositories instead
-(:func:`service.deletions.service.accept_many`), which check them against the stored graph.
+"""Accepting a batch of deletion submissions on Postgres, in one transaction of the intake's unit of work:
+:meth:`SubmissionRepository.claim` claims the keys and reads each model's facts, :meth:`~SubmissionRepository.
+accept_submissions` plans in memory, :meth:`~SubmissionRepository.save` writes. Pipelined
+(:mod:`service.db.postgres`): two round trips per batch. Requests naming graph items go through the
+repositories instead (:func:`service.deletions.service.accept_many`).
 """
 
 from __future__ import annotations
@@ -30,12 +18,7 @@ from service import metrics
 from service.audit.repository import ChainHead
 from service.audit.service import requests_chain
 from service.audit.statements import append_events, chain_head, lock_chain_head
-from service.db.postgres import (
-    array_columns,
-    array_literal,
-    insert_history,
-    jsonb_element,
-)
+from service.db.postgres import array_columns, array_literal, insert_history, jsonb_element
 from service.deletions.schemas import DeletionAccepted, DeletionIn
 from service.deletions.service import SubmissionPlan, check_accepting, named_subjects, plan_submissions
 from service.errors import ApiError
@@ -92,8 +75,7 @@ class _ModelReads:
 
 @dataclass
 class _Accepting:
-    """One model's part of the batch, once read: its facts, its remaining named subjects, the request
-    ids drawn for it, its chain head, and the plans made so far."""
+    """One model's part of the batch: what :meth:`SubmissionRepository.claim` read, and the plans so far."""
 
     model: ModelFacts | None
     owner_samples: dict[str, list[str]]
@@ -121,7 +103,8 @@ class SubmissionRepository:
         bodies_by_model: dict[int, list[DeletionIn]],
     ) -> set[tuple[str, str]]:
         """Claim ``keys`` ((scope, key, fingerprint), new ones in flight) and read what accepting
-        ``bodies_by_model`` needs; returns the (scope, key) pairs claimed."""
+        ``bodies_by_model`` needs (each model's row, named subjects, request ids and locked chain head);
+        returns the (scope, key) pairs claimed."""
         conn = self._conn
         reads: dict[int, _ModelReads] = {}
         with conn.pipeline():
@@ -154,8 +137,8 @@ class SubmissionRepository:
     def accept_submissions(
         self, model_id: int, bodies: list[DeletionIn]
     ) -> list[DeletionAccepted | ApiError]:
-        """:func:`service.deletions.service.submit_many`'s answers for ``bodies`` (ApiError raised for the
-        model itself: unknown, deleted, failed), from what :meth:`claim` read; written by :meth:`save`."""
+        """:func:`service.deletions.service.submit_many`'s answers for ``bodies`` from what :meth:`claim`
+        read (ApiError raised for the model itself); written by :meth:`save`."""
         accepting = self._models[model_id]
         check_accepting(accepting.model, model_id)
         plan = plan_submissions(
@@ -179,9 +162,7 @@ class SubmissionRepository:
         self, answers: Sequence[tuple[str, str, int, dict[str, Any]]], uow: UnitOfWork | None = None
     ) -> None:
         """Insert the accepted requests with their subjects, history and audit events, and store each
-        key's answer ((scope, key, status, body)). ``uow``: the unit of work whose transaction this is;
-        its COMMIT goes with these statements when it has nothing else to flush
-        (:meth:`UnitOfWork.send_commit`)."""
+        key's answer ((scope, key, status, body)); ``uow``'s COMMIT goes with them when it can."""
         conn = self._conn
         heads = {model_id: self._head(model_id) for model_id, a in self._models.items() if _accepted(a)}
         accepted = 0

@@ -1,5 +1,4 @@
-"""The remaining graph after an update, a retrain or an erasure from the source dataset, rewritten
-whole as one blob (the old blob becomes the version's garbage)."""
+"""The remaining graph after an update, a retrain or an erasure from the source, rewritten as one blob."""
 
 from __future__ import annotations
 

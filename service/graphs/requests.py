@@ -1,10 +1,7 @@
-"""Graph deletion requests: items beyond owners and samples, checked at submission and carried
-through the batch into ``method.forget``.
-
-Kinds: ``edges`` ([u, v]), ``node_feature_ids`` (features and label; edges stay), ``graph_ids`` and
-``graph_nodes`` ([graph id, node id]). Each forgotten item leaves a ``sample``-domain tombstone under the
-key the method reports it by (node id, ``edge_key``, graph id, ``graph_node_key``); naming a missing
-item answers 409 if it has a tombstone, else 422.
+"""Graph deletion requests: ``edges``, ``node_feature_ids``, ``graph_ids`` and ``graph_nodes``, checked at
+submission and carried through the batch into ``method.forget``. Each forgotten item leaves a
+``sample``-domain tombstone under the key the method reports it by; a missing item answers 409 if it has
+a tombstone, else 422.
 """
 
 from __future__ import annotations
@@ -42,9 +39,6 @@ class DeletionBody(Protocol):
     graph_nodes: list[list[str]]  # [a, b] pairs, as JSON sends them
 
 
-# -- the request body ------------------------------------------------------------------------------
-
-
 def _pairs(pairs: Sequence[Sequence[str]], *, undirected: bool) -> list[list[str]]:
     out: dict[tuple[str, str], None] = {}
     for a, b in pairs:
@@ -53,8 +47,7 @@ def _pairs(pairs: Sequence[Sequence[str]], *, undirected: bool) -> list[list[str
 
 
 def graph_subjects(body: DeletionBody) -> dict[str, Any]:
-    """The request's graph items as stored in ``deletion_requests.subjects``: deduplicated, edges
-    sorted, only the kinds it names."""
+    """The request's graph items as stored in ``deletion_requests.subjects`` (deduplicated, edges sorted)."""
     out: dict[str, Any] = {}
     if body.edges:
         out["edges"] = _pairs(body.edges, undirected=True)
@@ -92,14 +85,11 @@ def has_graph_items(body: DeletionBody) -> bool:
     return any(getattr(body, name) for name in GRAPH_FIELDS)
 
 
-# -- checks at submission --------------------------------------------------------------------------
-
-
 def check_submissions(
     uow: UnitOfWork, cache: BlobCache, hasher: SubjectHasher, model_id: int, bodies: Sequence[DeletionBody]
 ) -> list[ApiError | None]:
-    """Per request: None, or the error it answers with (422 for kinds the method does not forget; graph
-    items checked against the remaining graph). Owners and sample ids are checked elsewhere."""
+    """Per request: None, or its error (422 for kinds the method does not forget; graph items checked
+    against the remaining graph)."""
     if not any(has_graph_items(b) for b in bodies):
         return [None] * len(bodies)  # owners and samples only: every method forgets those (no extra query)
     model = uow.models.get(model_id)
@@ -238,9 +228,6 @@ def submit_checked(
     return [error if error is not None else next(results) for error in checks]
 
 
-# -- batches ---------------------------------------------------------------------------------------
-
-
 @dataclass
 class GraphItems:
     """The graph items one request contributes to a batch (each item once per batch)."""
@@ -260,8 +247,8 @@ class PlanLike(Protocol):
 
 
 def plan_graph_items(uow: UnitOfWork, model_id: int, plans: Sequence[PlanLike], covered: set[str]) -> None:
-    """Add each request's graph items to its plan, skipping those already forgotten by the batch
-    (``covered``: sample ids; updated). Each item enters ``plan.samples`` under its reported key."""
+    """Add each request's graph items to its plan (``plan.samples`` under its reported key), skipping those
+    the batch forgets already (``covered``: sample ids; updated)."""
     named = [(p, p.request.subjects or {}) for p in plans]
     if not any(s.get(f) for _, s in named for f in GRAPH_FIELDS):
         return
@@ -276,8 +263,8 @@ def plan_graph_items(uow: UnitOfWork, model_id: int, plans: Sequence[PlanLike], 
                 seen.add(key)
                 items.edges.append((u, v))
                 _attribute(plan, key, "")
-        for n in subjects.get("node_feature_ids", []):
-            if n in owner_of and n not in covered and n not in seen:  # a node deleted whole loses its features
+        for n in subjects.get("node_feature_ids", []):  # a node deleted whole loses its features
+            if n in owner_of and n not in covered and n not in seen:
                 seen.add(n)
                 items.node_features.append(n)
                 _attribute(plan, n, owner_of[n])

@@ -1,9 +1,5 @@
-"""One graph as one content-addressed blob, and the manifest that names it.
-
-The blob is safetensors: numeric arrays of :mod:`unlearning.data.graphs.codecs` as tensors, string
-arrays as JSON metadata. Erased ids are not stored: a deleted node keeps its index with id and owner
-``~erased:<index>``; a collection keeps no removed graph ids. The manifest has a bucket manifest's
-shape plus ``kind``::
+"""One graph as one safetensors blob (string arrays as JSON metadata; erased ids not stored: a deleted
+node's id and owner become ``~erased:<index>``), and its manifest, a bucket manifest plus ``kind``::
 
     {"kind": "node_graph", "buckets": {"graph": "<sha256>"}, "name": "cora", "num_classes": 7,
      "num_samples": 2708, "num_train": 1208, "num_nodes": 2708, "num_edges": 5278, "num_graphs": null}
@@ -58,9 +54,6 @@ def kind_of_data(data: Any) -> str:
     return TABLE
 
 
-# -- encoding --------------------------------------------------------------------------------------
-
-
 def _anonymised(graph: AnyGraph) -> dict[str, np.ndarray]:
     """The graph's arrays with erased nodes' ids replaced and removed graph ids dropped."""
     if isinstance(graph, NodeGraph):
@@ -104,9 +97,6 @@ def decode_graph(blob: bytes) -> AnyGraph:
     if meta.get("kind") == NODE_GRAPH:
         return node_graph_from_arrays(arrays)
     return collection_from_arrays(arrays)
-
-
-# -- sizes and subjects ----------------------------------------------------------------------------
 
 
 def subjects_of(data: Dataset | AnyGraph) -> tuple[tuple[str, ...], tuple[str, ...]]:

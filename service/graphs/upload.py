@@ -23,7 +23,7 @@ import numpy as np
 
 from service.datasets.service import add_dataset_row, id_problem, too_large, usable_id
 from service.db.tables import Dataset as DatasetRow
-from service.errors import NotFound, Unprocessable, UnsupportedMediaType
+from service.errors import NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType
 from service.graphs.storage import AnyGraph, write_graph
 from service.storage.artifacts import ArtifactStore
 from service.uow import UnitOfWork
@@ -76,13 +76,29 @@ def is_graph_npz(path: Path) -> bool:
     return str(value) in (NODE_GRAPH_FORMAT, COLLECTION_FORMAT)
 
 
+MAX_GRAPH_TEXT_BYTES = 64 * 2**20
+"""A JSON or TU graph is parsed whole, at several times its text's size in memory: its text (decompressed)
+is at most this (413 above it), whatever ``LETHE_MAX_DECOMPRESSED_BYTES`` allows; larger graphs come as NPZ,
+whose arrays are checked before they are read."""
+
+
 def _text(path: Path, filename: str, limits: ReadLimits, hint: str = "") -> str:
-    """The file's UTF-8 text, decompressed on the fly when it is gzip: past ``limits.max_bytes`` the read
-    stops with a 413 (nothing is written to disk). The graph parsers need the whole text, which is
-    therefore held in memory, bounded by that limit."""
+    """The file's UTF-8 text (gunzipped on the fly), held in memory: 413 past ``limits.max_bytes`` or
+    :data:`MAX_GRAPH_TEXT_BYTES`."""
+    if limits.max_bytes is not None and limits.max_bytes <= MAX_GRAPH_TEXT_BYTES:
+        bound = limits  # the deployment's bound is the tighter: its 413 names its setting
+    else:
+        bound = ReadLimits(max_bytes=MAX_GRAPH_TEXT_BYTES)
     try:
-        with open_decompressed(path, ReadLimits(max_bytes=limits.max_bytes)) as stream:
+        with open_decompressed(path, bound) as stream:
             data = stream.read()
+    except TooLargeError:
+        if bound is limits:
+            raise
+        raise PayloadTooLarge(
+            f"{filename}: a JSON or TU graph may hold at most {MAX_GRAPH_TEXT_BYTES:,} bytes of text once "
+            "decompressed (it is parsed whole); send a larger graph in the NPZ graph format"
+        ) from None
     except (OSError, EOFError, zlib.error) as exc:
         raise Unprocessable(
             f"{filename}: the file is not a readable gzip file: {exc}", code="invalid_dataset"
@@ -186,9 +202,8 @@ def _usable(what: str, value: str, filename: str) -> str:
 
 
 def normalized_ids(graph: AnyGraph, filename: str) -> AnyGraph:
-    """The graph with its node, graph and owner ids in Unicode NFC, the form deletions name them by; a 422
-    naming the first unusable id (:func:`service.datasets.service.usable_id`, the rule of table uploads),
-    or ids that are one id once normalised."""
+    """The graph with its node, graph and owner ids in Unicode NFC; a 422 naming the first unusable id
+    (:func:`service.datasets.service.usable_id`) or ids that are one id once normalised."""
     try:
         if isinstance(graph, NodeGraph):
             nodes = tuple(_usable("node id", v, filename) for v in graph.node_ids)
@@ -215,9 +230,6 @@ def _normalized_graph(g: Any, filename: str) -> Any:
     if (graph_id, owner, nodes) == (g.graph_id, g.owner_id, g.node_ids):
         return g
     return dataclasses.replace(g, graph_id=graph_id, owner_id=owner, node_ids=nodes)
-
-
-# -- bundled ---------------------------------------------------------------------------------------
 
 
 def load_bundled(name: str, n: int | None, seed: int, samples_per_owner: int) -> AnyGraph:
@@ -257,9 +269,6 @@ def _grouped_graphs(collection: GraphCollection, per_owner: int) -> GraphCollect
         dataclasses.replace(g, owner_id=_owner(i, per_owner)) for i, g in enumerate(collection.graphs)
     )
     return dataclasses.replace(collection, graphs=graphs)
-
-
-# -- storing -------------------------------------------------------------------------------------
 
 
 def store(

@@ -1,7 +1,5 @@
-"""SQL for idempotency keys: the one place keys are claimed and answers stored. The unit of work's
-repository (:class:`IdempotencyRepository`) and the deletion intake's pipelined submissions
-(service.deletions.submission_repository) run the same two statements, :func:`claim_keys` and
-:func:`store_answers`, on the transaction's psycopg connection."""
+"""SQL for idempotency keys: the one place keys are claimed (:func:`claim_keys`) and answers stored
+(:func:`store_answers`), for the unit of work and the deletion intake's pipelined submissions alike."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import Connection, Cursor
-from sqlalchemy import delete
+from sqlalchemy import and_, delete, or_
 from sqlalchemy.orm import Session
 
 from service.db.base import utcnow
@@ -71,10 +69,20 @@ class IdempotencyRepository:
         """:meth:`complete` for many ``(scope, key, status, body)`` (one statement)."""
         store_answers(session_connection(self.session), answers)
 
-    def release(self, scope: str, key: str) -> None:
-        self.session.execute(
-            delete(IdempotencyKey).where(IdempotencyKey.scope == scope, IdempotencyKey.key == key)
+    def release_abandoned(self, scope: str, key: str, now: datetime, in_flight_before: datetime) -> bool:
+        """Delete the key if it expired, or if it is ``in_flight`` since before ``in_flight_before`` (its
+        owner committed the claim alone and died); whether it was. Waits for a transaction that holds it."""
+        result = self.session.execute(
+            delete(IdempotencyKey).where(
+                IdempotencyKey.scope == scope,
+                IdempotencyKey.key == key,
+                or_(
+                    IdempotencyKey.expires_at < now,
+                    and_(IdempotencyKey.status == "in_flight", IdempotencyKey.created_at < in_flight_before),
+                ),
+            )
         )
+        return bool(getattr(result, "rowcount", 0))
 
     def purge_expired(self, now: datetime) -> int:
         result = self.session.execute(delete(IdempotencyKey).where(IdempotencyKey.expires_at < now))

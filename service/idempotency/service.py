@@ -1,14 +1,13 @@
-"""Idempotency-Key, following the IETF draft (draft-ietf-httpapi-idempotency-key-header):
+"""Idempotency-Key, following the IETF draft (draft-ietf-httpapi-idempotency-key-header): no key: 400;
+seen with the same body: the stored response replayed (ids stored by position, :func:`at_rest`); with a
+different body: 422; first request still in flight: 409.
 
-- no key on a POST that requires one: 400;
-- a key seen before with the same body: the original response (status and body), replayed; an answer is
-  stored with every id the request names replaced, where a message quotes it, by its position in the
-  request (``owner_ids[3]``: :func:`at_rest`), so no subject is kept in plain beside the data;
-- a key seen before with a different body: 422;
-- a key whose first request is still being processed: 409.
-
-The key is claimed in its own committed transaction; the response is stored in the transaction of the
-work it describes. An unexpected error releases the key.
+The key is claimed in the transaction of the work it guards, which stores the answer: the claim, the work
+and the answer commit together or not at all. A duplicate sent meanwhile waits on the key's unique index
+until the first commits (then it replays the answer) or rolls back (then it claims the key itself); a
+process killed mid-request leaves no claim behind. A handler's :class:`ApiError` rolls the work back and
+is stored as the key's answer in a fresh transaction. A key left ``in_flight`` by an older version (which
+committed the claim on its own) for :data:`IN_FLIGHT_TAKEOVER_SECONDS` is taken over, as is an expired key.
 """
 
 from __future__ import annotations
@@ -17,10 +16,11 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from service.db.base import utcnow
+from service.db.tables import IdempotencyKey
 from service.errors import ApiError, BadRequest, Conflict, Unprocessable
 from service.subjects import Redactor, SubjectHasher, request_positions
 from service.uow import UnitOfWork
@@ -29,6 +29,10 @@ from service.uow import UnitOfWork
 _BARE_KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
 _SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
 _SF_ESCAPE = re.compile(r'\\(["\\])')
+
+IN_FLIGHT_TAKEOVER_SECONDS = 30.0
+"""A key committed ``in_flight`` (only older versions did) this long ago is abandoned: taken over."""
+_CLAIM_ATTEMPTS = 3  # claim, take over, or read: the row can vanish in between (purged, taken over)
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,7 @@ def check_key(key: str | None) -> str:
 
 def at_rest(payload: Any) -> Redactor:
     """How answers to the request ``payload`` (its JSON form) are stored: each id it names, where a message
-    quotes it, by its position in the request (a replay answers the same body, so the position resolves
-    against what the client sent)."""
+    quotes it, by its position in the request (which a replay's client sent too)."""
     return Redactor(lambda: request_positions(payload) if isinstance(payload, Mapping) else {})
 
 
@@ -81,73 +84,72 @@ def run(
     body: Any,
     ttl_hours: float,
     handler: Callable[[UnitOfWork], tuple[int, dict[str, Any]]],
+    takeover_seconds: float = IN_FLIGHT_TAKEOVER_SECONDS,
 ) -> Outcome:
-    """Run ``handler`` at most once per (scope, key); ``handler`` does the work in the given unit of work
-    and returns (status, body); this function commits. The answer is returned as the handler gave it and
-    stored :func:`at_rest` (what a replay returns)."""
+    """Run ``handler(uow)`` -> (status, body) at most once per (scope, key), in the transaction that
+    claims the key, and commit; the answer is returned as given and stored :func:`at_rest` (what a replay
+    returns). A replay, a reused key (422) or a key in flight (409) is answered without ``handler``."""
     key = check_key(key)
     digest = fingerprint(hasher, body)
-    replay = _claim(new_uow, scope, key, digest, ttl_hours)
-    if replay is not None:
-        return replay
     stored = at_rest(body)
-    try:
-        with new_uow() as uow:
+    expires = utcnow() + timedelta(hours=ttl_hours)
+    with new_uow() as uow:
+        replay = _claim(uow, scope, key, digest, expires, takeover_seconds)
+        if replay is not None:
+            return replay
+        try:
             status, response = handler(uow)
+        except ApiError as exc:
+            refused = exc
+        else:
             uow.idempotency.complete(scope, key, status, stored.json(response))
             uow.commit()
-        return Outcome(status, response, replayed=False)
-    except ApiError as exc:
-        # A client error is the answer to this key too: a retry with the same body gets it again.
-        with new_uow() as uow:
-            uow.idempotency.complete(scope, key, exc.status, stored.json(exc.body()))
+            return Outcome(status, response, replayed=False)
+    # The work rolled back with the claim. A client error is the answer to this key too: a retry with the
+    # same body gets it again (unless a duplicate claimed the key meanwhile: its answer stands).
+    with new_uow() as uow:
+        if uow.idempotency.claim(scope, key, digest, expires):
+            uow.idempotency.complete(scope, key, refused.status, stored.json(refused.body()))
             uow.commit()
-        raise
-    except BaseException:
-        with new_uow() as uow:
-            uow.idempotency.release(scope, key)
-            uow.commit()
-        raise
+    raise refused
 
 
 def _claim(
-    new_uow: Callable[[], UnitOfWork], scope: str, key: str, digest: str, ttl_hours: float
+    uow: UnitOfWork, scope: str, key: str, digest: str, expires: datetime, takeover_seconds: float
 ) -> Outcome | None:
-    """Claim the key; None when claimed, else the replayed outcome (or the 409/422 of the draft)."""
-    now = utcnow()
-    expires = now + timedelta(hours=ttl_hours)
-    with new_uow() as uow:
-        uow.bookkeeping()
+    """Claim the key in ``uow`` (waiting for a duplicate's transaction that holds it); None when claimed,
+    else the replayed outcome (or the 409/422 of the draft)."""
+    for _ in range(_CLAIM_ATTEMPTS):
         if uow.idempotency.claim(scope, key, digest, expires):  # the common case: one statement
-            uow.commit()
             return None
+        now = utcnow()
+        if uow.idempotency.release_abandoned(scope, key, now, now - timedelta(seconds=takeover_seconds)):
+            continue  # expired, or left in flight by a dead owner: a new key
         existing = uow.idempotency.get(scope, key)
-        if existing is not None and existing.expires_at < now:
-            uow.idempotency.release(scope, key)  # an expired key is a new key
-            if uow.idempotency.claim(scope, key, digest, expires):
-                uow.commit()
-                return None
-            existing = uow.idempotency.get(scope, key)
-        if existing is None:  # claimed and released meanwhile: let the client retry
-            raise Conflict(
-                "a request with this Idempotency-Key is being processed; retry shortly",
-                code="idempotency_key_in_flight",
-            )
-        if existing.fingerprint != digest:
-            raise Unprocessable(
-                "this Idempotency-Key was already used with a different request body: use a new key for a new request",
-                code="idempotency_key_reused",
-            )
-        if existing.status != "done" or existing.response_status is None:
-            raise Conflict(
-                "the first request with this Idempotency-Key is still being processed; retry shortly",
-                code="idempotency_key_in_flight",
-            )
-        body = existing.response_body or {}
-        status = existing.response_status
-    if status >= 400:
-        raise _Replayed(status, body)
-    return Outcome(status, body, replayed=True)
+        if existing is not None:
+            return _answer(existing, digest)
+    raise Conflict(  # claimed and released again meanwhile: let the client retry
+        "a request with this Idempotency-Key is being processed; retry shortly",
+        code="idempotency_key_in_flight",
+    )
+
+
+def _answer(existing: IdempotencyKey, digest: str) -> Outcome:
+    """The replay of a key already answered, or the 409/422 of the draft."""
+    if existing.fingerprint != digest:
+        raise Unprocessable(
+            "this Idempotency-Key was already used with a different request body: use a new key for a new request",
+            code="idempotency_key_reused",
+        )
+    if existing.status != "done" or existing.response_status is None:
+        raise Conflict(
+            "the first request with this Idempotency-Key is still being processed; retry shortly",
+            code="idempotency_key_in_flight",
+        )
+    body = existing.response_body or {}
+    if existing.response_status >= 400:
+        raise _Replayed(existing.response_status, body)
+    return Outcome(existing.response_status, body, replayed=True)
 
 
 class _Replayed(ApiError):

@@ -89,6 +89,12 @@ def deliver_callback(rt: CallbackContext, request_id: int, attempt: int = 1) -> 
             )
         elif attempt >= rt.settings.callback_max_attempts or not retry:
             request.callback_state = CallbackState.FAILED
+            log.warning(
+                "callback for request %s gave up after %d attempt(s): %s",
+                request_id,
+                attempt,
+                error.splitlines()[0][:200] if error else "",
+            )
             uow.audit.append(
                 requests_chain(request.model_id),
                 "callback.failed",
@@ -114,8 +120,7 @@ def deliver_callback(rt: CallbackContext, request_id: int, attempt: int = 1) -> 
 
 
 def _post(rt: CallbackContext, url: str, body: dict[str, Any], attempt: int) -> tuple[str | None, bool]:
-    """POST ``body`` to the checked address of ``url``, not following redirects; returns (error or
-    None, whether retrying may succeed)."""
+    """POST ``body`` to the checked address of ``url``, not following redirects; (error or None, retry?)."""
     try:
         target = resolve(url, rt.settings.callback_networks)
     except CallbackRefused as exc:

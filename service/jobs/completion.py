@@ -44,8 +44,7 @@ def publish(rt: CompletionContext, model_id: int, version: ModelVersion) -> None
 
 
 def delete_blobs(artifacts: ArtifactStore, blobs: Collection[str]) -> None:
-    """Unlink the blobs, a few at a time: a version that forgets hundreds of owners leaves two blobs per
-    owner, and each unlink is a system call that waits on the file system, not on the interpreter."""
+    """Unlink the blobs, a few at a time when many (each unlink waits on the file system, not on Python)."""
     if len(blobs) < _PARALLEL_FROM:
         for digest in blobs:
             artifacts.delete(digest)
@@ -55,11 +54,10 @@ def delete_blobs(artifacts: ArtifactStore, blobs: Collection[str]) -> None:
 
 
 def collect_garbage(uow: UnitOfWork, rt: CompletionContext, blobs: Collection[str]) -> None:
-    """Delete those of ``blobs`` that no row references, from the artifact store and from this process's
-    memory cache (other processes drop them within ``LETHE_CACHE_TTL_SECONDS``). The lock it takes
-    keeps any new reference from committing until ``uow`` ends (service.storage.refs): a blob another
-    writer relies on either shows up referenced here, or that writer finds it gone at its commit and
-    writes it again. End ``uow`` soon after, so that writers' commits do not wait."""
+    """Delete those of ``blobs`` no row references, from the artifact store and this process's cache. The
+    collection lock keeps new references from committing until ``uow`` ends (service.storage.refs): a
+    writer relying on a blob either shows it referenced here or finds it gone at its commit and rewrites
+    it. End ``uow`` soon after, so that writers' commits do not wait."""
     if not blobs:
         return
     uow.refs.lock_for_collection()
@@ -67,8 +65,7 @@ def collect_garbage(uow: UnitOfWork, rt: CompletionContext, blobs: Collection[st
 
 
 def _unlink(rt: CompletionContext, blobs: Collection[str]) -> None:
-    """Delete ``blobs`` (no reference holds them, under the collection lock) from the artifact store and
-    from this process's memory cache."""
+    """Delete unreferenced ``blobs`` (under the collection lock) from the artifact store and the cache."""
     delete_blobs(rt.artifacts, blobs)
     rt.cache.forget(blobs)
 
@@ -77,20 +74,13 @@ def finish(
     rt: CompletionContext, model_id: int, version_id: int, committed: ModelVersion | None = None
 ) -> None:
     """Serve the model's current version, delete the version's garbage blobs, complete its requests.
+    ``committed``: the version's row as just committed as current (published at once, not read again).
 
-    ``committed``: the version's row as its own transaction committed it as the model's current
-    version, when the caller has it, instead of reading it again (its sequence number and garbage never
-    change). It is published at once; if the model has moved on since, the current version is too.
-
-    One transaction, in this order: publish; lock the version's applied requests and the head of the
-    model's completions chain (row locks); take the collection lock and unlink the garbage
-    (:func:`collect_garbage`);
-    then mark the requests completed, stamped with the time the unlinks ended, append their audit
-    events; commit. Nothing commits as completed before the unlinks are done, and no ``completed_at``
-    (which receipts sign) names a time at which the subject's blobs still existed. The collection lock
-    comes after every row lock, so that no deadlock is possible: a writer holding it (shared) is inside
-    its commit, waiting on no row lock, while a row lock this transaction waits for belongs to a writer
-    that has not reached that lock yet (:func:`service.jobs.completion_repository.complete_version`).
+    One transaction: publish; lock the applied requests and the completions chain's head; take the
+    collection lock and unlink the garbage; mark the requests completed, stamped after the unlinks (no
+    signed ``completed_at`` names a time the subject's blobs still existed); commit. The collection lock
+    comes after every row lock, so no deadlock: a writer holding it (shared) is inside its commit,
+    waiting on no row lock, while a row lock this waits for belongs to a writer not yet at that lock.
     """
     with rt.uow() as uow:
         version = committed if committed is not None else uow.models.version(version_id)
@@ -110,22 +100,11 @@ def complete_in_round_transaction(
     pending: PendingCompletion,
     next_round: Callable[[Connection[Any]], _NextRound] | None = None,
 ) -> _NextRound | None:
-    """:func:`finish` of the version an update round just committed, in ``uow``, whose transaction began
-    with the round's COMMIT and has the completion's reads started already
-    (:func:`service.jobs.round_repository.record_round`); commits it. ``next_round``: start the next
-    round's reads in a new transaction of ``uow`` that begins with the completion's COMMIT
-    (:func:`service.jobs.completion_repository.complete_version`); returns what it started, and ``uow``
-    is then left in that transaction, for the next round (None: the completion committed as usual)."""
-    done = _complete(
-        uow.postgres_connection(),
-        uow,
-        rt,
-        model_id,
-        version,
-        committed=True,
-        pending=pending,
-        next_round=next_round,
-    )
+    """:func:`finish` in ``uow``, whose transaction the round's COMMIT began with the completion's reads
+    started (``pending``); commits it. ``next_round``: started in the transaction the completion's COMMIT
+    begins; returns what it started, ``uow`` left in that transaction (None: committed as usual)."""
+    conn = uow.postgres_connection()
+    done = _complete(conn, uow, rt, model_id, version, committed=True, pending=pending, next_round=next_round)
     if done is not None and done.next_round is not None:
         _observe(done)  # committed with its writes; the transaction now is the next round's
         return done.next_round
@@ -144,8 +123,7 @@ def _complete(
     pending: PendingCompletion | None = None,
     next_round: Callable[[Connection[Any]], _NextRound] | None = None,
 ) -> Completion[_NextRound] | None:
-    """:func:`service.jobs.completion_repository.complete_version`, publishing to and unlinking from
-    ``rt``'s stores."""
+    """:func:`~service.jobs.completion_repository.complete_version` on ``rt``'s stores."""
     return complete_version(
         conn,
         uow,

@@ -1,22 +1,7 @@
-"""A version's completion on Postgres: serve it, delete its garbage, complete its requests.
-
-One operation, :func:`complete_version`, in the transaction of the caller's unit of work
-(:func:`service.jobs.completion.finish`):
-
-- reads the model's current version; locks, in this order, the version's ``applied`` requests, the
-  head of the model's completions chain and, when the version left garbage blobs, the collection lock
-  (:data:`service.storage.refs.COLLECTION_LOCK_KEY`, exclusive); reads which of those blobs a reference
-  still holds;
-- the caller serves the current version and unlinks the blobs no reference holds;
-- writes, stamped after the unlinks: the requests' ``completed`` state (their subjects dropped), their
-  history, their pending callbacks and their ``deletion.completed`` audit events; the COMMIT goes with
-  them when the unit of work has nothing else to flush (:meth:`service.uow.UnitOfWork.send_commit`).
-
-Its statements run on the unit of work's own connection, in the same transaction, in pipeline mode
-(:mod:`service.db.postgres`): the reads in one round trip, the writes and the COMMIT in another. The reads
-can be started in the pipeline of the transaction before (:func:`start_completion`): an update round
-sends them with its COMMIT (:func:`service.jobs.round_repository.record_round`). The completion's COMMIT
-can likewise begin the next transaction and start its reads (``next_round``).
+"""A version's completion on Postgres (:func:`complete_version`): serve it, delete its garbage, complete
+its requests, in the caller's unit of work. Pipelined (:mod:`service.db.postgres`): the reads in one round
+trip (which an update round may start with its COMMIT: :func:`start_completion`), the writes and the COMMIT
+in another (which may begin the next transaction and start its reads: ``next_round``).
 """
 
 from __future__ import annotations
@@ -64,18 +49,17 @@ _CALLBACKS_PENDING = (
 
 @dataclass
 class Completion(Generic[_NextRound]):
-    """What a completion did: the requests it completed (oldest first) and when."""
+    """What a completion did: the requests it completed (oldest first), when, and what ``next_round``
+    started in the transaction its COMMIT began (None: not started)."""
 
     requests: list[Completed]
     at: datetime
-    # What ``next_round`` started in the transaction the completion's COMMIT began (None: not started).
     next_round: _NextRound | None = None
 
 
 @dataclass
 class PendingCompletion:
-    """A completion's reads and locks (:func:`start_completion`), sent in a pipeline; their answers are
-    read once it ends."""
+    """A completion's reads and locks, sent in a pipeline (:func:`start_completion`)."""
 
     current: Cursor[Any]  # the model's current version
     applied: Cursor[Any]  # the version's applied requests, locked
@@ -84,9 +68,8 @@ class PendingCompletion:
 
 
 def start_completion(conn: Connection[Any], model_id: int, version: ModelVersion) -> PendingCompletion:
-    """Send, in the caller's pipeline, :func:`complete_version`'s reads, with the locks in this order: the
-    version's applied requests, the completions chain's head, and the collection lock when the version
-    left garbage, then which garbage blobs a reference still holds."""
+    """Send :func:`complete_version`'s reads in the caller's pipeline, locking in this order: the version's
+    applied requests, the completions chain's head, the collection lock (only with garbage)."""
     current = conn.execute(_CURRENT_VERSION, (model_id,))
     applied = conn.execute(_LOCK_APPLIED, (model_id, version.id))
     head = lock_chain_head(conn, completions_chain(model_id))
@@ -108,27 +91,17 @@ def complete_version(
     pending: PendingCompletion | None = None,
     next_round: Callable[[Connection[Any]], _NextRound] | None = None,
 ) -> Completion[_NextRound] | None:
-    """Complete ``version`` in ``uow``'s transaction (see the module's docstring): ``serve`` publishes the
-    model's current version and ``collect`` deletes the garbage blobs no reference holds, after the locks
-    and before the requests are stamped ``completed``. None: the model is gone or has no version (nothing
-    written). The caller then commits ``uow`` (:meth:`UnitOfWork.commit`, which finds the transaction
-    ended if its COMMIT went with the writes), unless ``next_round`` ran (below).
+    """Complete ``version`` in ``uow``'s transaction: ``serve`` publishes the model's current version and
+    ``collect`` deletes the garbage no reference holds, after the locks and before the requests are
+    stamped ``completed``, with their history, callbacks and audit events. None: the model is gone or has
+    no version. The caller then commits ``uow``, unless ``next_round`` ran.
 
-    ``committed``: the caller committed ``version`` as the model's current version itself, just now
-    (an update's drain). It is then published while Postgres answers the reads, and again only if the
-    model has moved on meanwhile. Publishing it early is as safe as afterwards: the hot store never moves
-    the pointer back to an older version, nor past a deleted model's tombstone
-    (:meth:`service.storage.hot.HotStore.set_serving`, :meth:`~service.storage.hot.HotStore.retire`).
-
-    ``pending``: the reads, started already (:func:`start_completion`) and answered: the round that
-    committed ``version`` started them with its COMMIT, so the version is published first thing, the
-    round's commit being known to have succeeded.
-
-    ``next_round``: when the COMMIT goes with the writes, a new transaction of ``uow`` begins with it and
-    ``next_round`` starts the next update round's reads in it
-    (:func:`service.jobs.round_repository.start_lock_round`); what it returns is in the
-    :class:`Completion`, and ``uow`` is left in that transaction (the caller must not commit it: the next
-    round does)."""
+    ``committed``: the caller just committed ``version`` as current; it is published while Postgres
+    answers, again only if the model moved on (safe: the hot store never moves the pointer back, nor past
+    a deleted model's tombstone). ``pending``: the reads, started (:func:`start_completion`) and answered.
+    ``next_round``: when the COMMIT goes with the writes, it starts the next round's reads in the
+    transaction that COMMIT begins; its result is in the :class:`Completion`, and ``uow`` is left in that
+    transaction for the next round."""
     chain = completions_chain(model_id)
     if pending is None:
         with conn.pipeline():
@@ -159,12 +132,8 @@ def complete_version(
         insert_history(conn, [(rid, RequestState.COMPLETED, now, None) for rid in ids])
         if called:
             conn.execute(_CALLBACKS_PENDING, (array_literal(called),))
-        append_events(
-            conn,
-            head,
-            request_version_events("deletion.completed", model_id, version.id, version.seq, ids),
-            now,
-        )
+        events = request_version_events("deletion.completed", model_id, version.id, version.seq, ids)
+        append_events(conn, head, events, now)
         # Not with callbacks: their outbox rows are flushed at the commit.
         sent = uow.send_commit(conn, begin_next=next_round is not None)
         started = next_round(conn) if sent and next_round is not None else None

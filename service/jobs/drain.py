@@ -1,12 +1,4 @@
-"""The drain of a model's deletion queue: update rounds, one version each, until no request is left.
-
-:func:`request_update`, after a commit that queued requests, publishes the model's ``apply_deletions``
-job unless one holds the model's claim (:meth:`service.storage.hot.HotStore.claim_update`).
-:func:`apply_deletions`, that job, runs update rounds (:func:`service.jobs.update_round.apply_batch`),
-each completed before the next, until the queue is empty; a round whose blob was collected before its
-commit, or whose statistics vanished from Redis, is run again; a model whose updates keep failing has
-its queued requests failed.
-"""
+"""The drain of a model's deletion queue: update rounds, one version each, until no request is left."""
 
 from __future__ import annotations
 
@@ -14,6 +6,7 @@ import logging
 import threading
 
 from service import metrics
+from service.faults import is_transient, short_cause
 from service.jobs.completion import finish
 from service.jobs.context import UpdateContext
 from service.jobs.request_lifecycle import fail_request
@@ -28,20 +21,13 @@ log = logging.getLogger(__name__)
 _MAX_ROUNDS = 1000  # drain loop bound: a model under constant load still yields the worker now and then
 _HOT_STORE_RETRIES = 3
 _MAX_CONSECUTIVE_FAILURES = 3
-# Consecutive unexpected failures of a model's update, per worker process. A transient fault (a dropped
-# connection) gets retried by the reconciler; a persistent one must not keep requests queued for ever.
-_failures: dict[int, int] = {}
+_failures: dict[int, int] = {}  # consecutive unexpected failures of a model's update, in this process
 
 
 class Drains:
-    """The models this process's update jobs are draining, and for each whether another job for it
-    arrived meanwhile.
-
-    A job that finds its model being drained here leaves it to the running drain, which passes over the
-    queue once more before it stops: the model's rounds and completions run one after the other in one
-    thread, with no broker hop between them, instead of two threads taking turns at the model's row lock
-    and at the interpreter's lock. Other models' jobs, training and callbacks still run beside it.
-    Between processes the model's row lock orders the rounds."""
+    """The models this process's update jobs are draining, and whether another job for each arrived
+    meanwhile: that job leaves the model to the running drain, which passes over the queue once more
+    (one thread per model, not two taking turns at its row lock). Between processes the row lock orders."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -74,13 +60,8 @@ _drains = Drains()
 
 
 def request_update(rt: UpdateContext, model_id: int) -> None:
-    """After a commit that queued deletions: make sure an update job for the model is on its way.
-
-    The queued request rows are the durable record of the work (the reconciler re-publishes for any
-    left queued), so the job is published directly, and only when no job holds the model's claim (one is
-    on its way or draining, :func:`apply_deletions`): under load, one job drains many requests and the
-    broker sees one message, not one per request.
-    """
+    """After a commit that queued deletions: publish the model's update job unless one holds its claim
+    (on its way or draining). The queued rows are the durable record: the reconciler re-publishes."""
     if rt.hot.claim_update(model_id):
         try:
             rt.queue.send("apply_deletions", {"model_id": model_id})
@@ -92,16 +73,11 @@ def request_update(rt: UpdateContext, model_id: int) -> None:
 
 
 def apply_deletions(rt: UpdateContext, model_id: int) -> None:
-    """Drain the model's queued requests, one version per round, until none is left.
-
-    The job holds the model's claim that its request published (:func:`request_update`) until the queue
-    is empty, so requests committed meanwhile publish no job of their own: each would cost the API a
-    publish and the worker a message, for a round this drain runs anyway.
-
-    An update that fails unexpectedly is retried (the reconciler re-publishes it); after
-    ``_MAX_CONSECUTIVE_FAILURES`` in a row the queued requests fail with the error, and the model stays
-    on its current version, so a persistent fault is reported instead of keeping requests queued.
-    """
+    """Drain the model's queued requests, one version per round, holding its claim until none is left.
+    A failing update is retried (the reconciler re-publishes it); after ``_MAX_CONSECUTIVE_FAILURES``
+    deterministic failures in a row the queued requests fail with the error's short cause and the model
+    stays on its current version. A transient fault (:func:`service.faults.is_transient`: a lost
+    database, a full disk) never counts: it is only retried."""
     if not _drains.enter(model_id):
         return
     try:
@@ -110,18 +86,29 @@ def apply_deletions(rt: UpdateContext, model_id: int) -> None:
             _drain(rt, model_id)
     except Exception as exc:
         _drains.leave(model_id)
-        rt.hot.release_update(model_id)  # requests from now on publish a job (a retry) at once
+        _release(rt, model_id)  # requests from now on publish a job (a retry) at once
+        if is_transient(exc):
+            log.warning(
+                "the update of model %s met a transient fault (%s); retried", model_id, short_cause(exc)
+            )
+            raise
         _failures[model_id] = _failures.get(model_id, 0) + 1
         if _failures[model_id] >= _MAX_CONSECUTIVE_FAILURES:
             _failures.pop(model_id, None)
-            _fail_queued(
-                rt,
-                model_id,
-                f"the update failed {_MAX_CONSECUTIVE_FAILURES} times in a row "
-                f"({type(exc).__name__}: {exc}); the model stays on its current version",
-            )
+            reason = f"the update failed {_MAX_CONSECUTIVE_FAILURES} times in a row ({short_cause(exc)})"
+            _fail_queued(rt, model_id, f"{reason}; the model stays on its current version")
         raise
     _failures.pop(model_id, None)
+
+
+def _release(rt: UpdateContext, model_id: int) -> None:
+    """Let go of the model's update claim; with Redis unreachable it expires on its own."""
+    try:
+        rt.hot.release_update(model_id)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        log.warning("could not release the update claim of model %s (%s)", model_id, short_cause(exc))
 
 
 def _fail_queued(rt: UpdateContext, model_id: int, reason: str) -> None:
@@ -146,14 +133,10 @@ def _drain(rt: UpdateContext, model_id: int) -> None:
             if round_.version is not None:
                 finish(rt, model_id, round_.version.id, round_.version)
             if round_.progressed:
-                # Requests committed meanwhile published no job: the next round's read is the look at
-                # the queue (under load it finds some, and no other statement is spent on looking).
-                continue
-            # The queue was empty at this round's read: let go of the claim, then look at the queue once
-            # more: a request committed before the release published no job and is seen here; one
-            # committed after it publishes a job, unless this drain takes the claim back first and so
-            # reads it in its next round. A model that cannot take an update now (retraining) gets a job
-            # from whatever makes it ready (service.jobs.training).
+                continue  # requests committed meanwhile published no job: the next round reads them
+            # The queue was empty: let go of the claim, then look once more: a request committed before
+            # the release published no job and is seen here; one after it publishes a job, unless this
+            # drain takes the claim back first. A model retraining gets a job once ready (jobs.training).
             rt.hot.release_update(model_id)
             if not round_.updatable or not _has_queued(rt, model_id) or not rt.hot.claim_update(model_id):
                 return
@@ -175,8 +158,7 @@ def _round_with_retries(
     rt: UpdateContext, model_id: int, transaction: RoundTransaction | None = None
 ) -> Round:
     """:func:`apply_batch`, again after a blob collected before its commit or a flushed hot store;
-    ``transaction`` (the one the previous round's completion continued into this round) serves the first
-    attempt only."""
+    ``transaction`` (the previous round's continued one) serves the first attempt only."""
 
     def one_round() -> Round:
         nonlocal transaction
@@ -190,9 +172,7 @@ def _round_with_retries(
     for n in range(_HOT_STORE_RETRIES):
         try:
             return attempt()
-        except HotStoreLost:
-            # Redis was flushed mid-update: the transaction rolled back; the next attempt rebuilds
-            # the statistics from the artifact store before reading them.
+        except HotStoreLost:  # rolled back: the next attempt rebuilds the statistics first
             metrics.HOT_STORE_REBUILDS.inc()
             log.warning("hot store lost during update of model %s (attempt %d); rebuilding", model_id, n + 1)
     return attempt()

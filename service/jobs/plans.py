@@ -1,8 +1,5 @@
-"""Turning queued deletion requests into one batch for ``method.forget``.
-
-The batch forgets the union of the requests' subjects as a disjoint ``ForgetRequest``: owners, plus
-named samples whose owner is not in the batch. Each sample is attributed to the first request naming
-it (directly or through its owner).
+"""Turning queued deletion requests into one batch for ``method.forget``: the union of their subjects as
+a disjoint ``ForgetRequest``, each sample attributed to the first request naming it (or its owner).
 """
 
 from __future__ import annotations
@@ -63,18 +60,18 @@ def plan_requests(
 ) -> list[RequestPlan]:
     """One plan per request, in order, against the model's remaining samples; ``owner_samples`` (owner ->
     samples) and ``sample_owner`` (sample -> owner) cover the named subjects, read here if not given."""
+    named = [request.subjects or {} for request in requests]
     if owner_samples is None:
-        owner_names = list(dict.fromkeys(o for r in requests for o in (r.subjects or {}).get("owner_ids", [])))
+        owner_names = list(dict.fromkeys(o for subjects in named for o in subjects.get("owner_ids", [])))
         owner_samples = uow.models.samples_of_owners(model_id, owner_names)
     if sample_owner is None:
-        sample_names = list(dict.fromkeys(s for r in requests for s in (r.subjects or {}).get("sample_ids", [])))
+        sample_names = list(dict.fromkeys(s for subjects in named for s in subjects.get("sample_ids", [])))
         sample_owner = uow.models.owners_of(model_id, sample_names)
     seen_owners: set[str] = set()
     covered: set[str] = set()
     plans = []
-    for request in requests:
+    for request, subjects in zip(requests, named):
         plan = RequestPlan(request)
-        subjects = request.subjects or {}
         for owner in subjects.get("owner_ids", []):
             if owner in seen_owners or owner not in owner_samples:
                 continue

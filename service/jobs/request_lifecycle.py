@@ -1,11 +1,8 @@
-"""A deletion request's states past ``queued``, written in the caller's unit of work.
+"""A deletion request's states past ``queued`` (row, history, audit event), in the caller's unit of work.
 
 ``queued`` -> ``applying`` -> ``applied`` (:func:`mark_applied`) -> ``completed``
-(:mod:`service.jobs.completion`); ``queued`` -> ``awaiting_retrain`` (:func:`await_retrain`, which
-schedules the retrain that will apply them); any state before ``completed`` -> ``failed``
-(:func:`fail_request`). Each change writes the request's row, its history and its audit event; the
-caller commits. :func:`record_erasure` writes what an applied request leaves behind in the model's
-samples: the tombstones, and no plaintext row.
+(:mod:`service.jobs.completion`); ``queued`` -> ``awaiting_retrain`` (:func:`await_retrain`); any state
+before ``completed`` -> ``failed`` (:func:`fail_request`).
 """
 
 from __future__ import annotations
@@ -32,13 +29,11 @@ def record_erasure(
     forgotten: dict[str, str],
     *,
     budget_epoch: int,
-    emptied: set[str] | None = None,
 ) -> None:
     """Tombstones (keyed hashes) for the forgotten samples and for owners with nothing left; the plaintext
-    sample rows go. ``emptied``: :func:`emptied_owners` of the batch, when the caller has it."""
+    sample rows go."""
     uow.models.delete_samples(model.id, list(forgotten))
-    if emptied is None:
-        emptied = emptied_owners(batch, forgotten)
+    emptied = emptied_owners(batch, forgotten)
     owners = {o for o in forgotten.values() if o}
     left = uow.models.samples_of_owners(model.id, sorted(owners - emptied))
     uow.models.add_erased(tombstones(rt.hasher, model.id, batch, forgotten, set(left), budget_epoch))
@@ -81,9 +76,8 @@ def mark_applied(
 def fail_request(
     uow: UnitOfWork, model_id: int, request: DeletionRequest, reason: str, claimed_at: Any = None
 ) -> None:
-    """The request failed for ``reason``: its subjects are dropped, its callback (if any) is queued.
-    ``claimed_at``: when an update took it, recorded as its ``applying`` state. The reason is kept (row,
-    history, audit event, callback) :func:`reason_at_rest`."""
+    """The request failed for ``reason`` (kept :func:`reason_at_rest`): its subjects are dropped, its
+    callback (if any) is queued. ``claimed_at``: when an update took it, recorded as ``applying``."""
     now = utcnow()
     reason = reason_at_rest(uow, model_id, request, reason)
     request.state = RequestState.FAILED
@@ -140,11 +134,9 @@ def await_retrain(
 def schedule_retrain(
     uow: UnitOfWork, model: Model, reason: str, waiting: Sequence[DeletionRequest] = ()
 ) -> None:
-    """Put the (locked) model in ``retraining``, phase ``waiting``, and queue the retrain job for after
-    the commit (:func:`service.jobs.training.retrain_model`); the ``retrain.scheduled`` audit event
-    names the reason and the requests ``waiting`` for it (none for a retrain asked for through the API).
-    While the model is retraining no update runs: requests submitted meanwhile stay queued and the
-    retrain excludes them too."""
+    """Put the (locked) model in ``retraining`` and queue the retrain job for after the commit; the
+    ``retrain.scheduled`` event names the reason and the requests ``waiting`` for it. While it retrains no
+    update runs: requests submitted meanwhile stay queued and the retrain excludes them too."""
     model.status = ModelState.RETRAINING
     model.phase = "waiting"
     model.progress = 0.0

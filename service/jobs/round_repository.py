@@ -1,32 +1,14 @@
 """An update round's transaction on Postgres: lock what the round works on, then record its version.
 
-Two operations, in one transaction of the caller's unit of work
-(:func:`service.jobs.update_round.apply_batch`):
-
-- :func:`lock_round` reads the model, locked as :meth:`service.models.repository.ModelRepository.lock`
-  locks it (``FOR NO KEY UPDATE``), its queued requests (oldest first, ``FOR UPDATE``), its current
-  version, and the samples still held of the subjects those requests name. The rows become the
-  session's objects, so that what the round changes on them is flushed with its writes.
-- :func:`record_round`, once ``method.forget`` has run and the round's blobs are written, locks the source
-  dataset's row, the model chain's head and the commit's lock (shared with other writers, exclusive of
-  collectors: :data:`service.storage.refs.COLLECTION_LOCK_KEY`), and draws the new version's id
-  (:func:`start_record_round`); then writes the new version, the model's pointers and manifests, the
-  source dataset's manifest and row counts, the artifact references of both, the superseded version's
-  purge, the ledger charge, the removal of the forgotten samples' rows, the tombstones, the requests'
-  ``applied`` state and history and the audit events, and commits.
-
-The values written are those a retrain writes through the repositories
-(:func:`service.jobs.versions.record_version`, :func:`~service.jobs.versions.erase_from_source`,
-:func:`service.jobs.request_lifecycle.record_erasure`, :func:`service.jobs.request_lifecycle.mark_applied`),
-computed by the same helpers.
-
-The statements run on the unit of work's own connection, in its transaction (whatever the session holds
-unflushed is flushed first, and committed with them), in pipeline mode (:mod:`service.db.postgres`):
-three round trips per round (its reads; the record's reads, answered while the blobs are written; the
-writes with the COMMIT). The reads can be started in the pipeline of the transaction before
-(:func:`start_lock_round`: a drain starts the next round's with the previous completion's COMMIT), and
-the round's COMMIT begins its completion's transaction and starts that one's reads
-(:func:`service.jobs.completion_repository.start_completion`).
+In one transaction of the caller's unit of work (:func:`service.jobs.update_round.apply_batch`):
+:func:`lock_round` locks the model (``FOR NO KEY UPDATE``) and its queued requests (oldest first, ``FOR
+UPDATE``) and reads its current version and the named subjects' samples, as the session's objects;
+:func:`record_round`, once the round's blobs are written, locks the source dataset, the model chain's head
+and the commit's lock (:data:`service.storage.refs.COLLECTION_LOCK_KEY`), writes what a retrain writes
+through the repositories (same helpers: :mod:`service.jobs.versions`, :mod:`service.jobs.request_lifecycle`)
+and commits. Pipelined on the unit of work's connection (:mod:`service.db.postgres`): three round trips
+per round; the reads may start in the previous transaction (:func:`start_lock_round`), and the round's
+COMMIT starts its completion's (:func:`service.jobs.completion_repository.start_completion`).
 """
 
 from __future__ import annotations
@@ -44,13 +26,7 @@ from service.audit.service import model_chain, request_version_events
 from service.audit.statements import append_events, chain_head, lock_chain_head
 from service.db import jsoncodec
 from service.db.base import manifest_text, utcnow
-from service.db.postgres import (
-    adopt,
-    array_literal,
-    insert_history,
-    insert_row,
-    select_list,
-)
+from service.db.postgres import adopt, array_literal, insert_history, insert_row, select_list
 from service.db.tables import DeletionRequest, Model, ModelVersion
 from service.jobs.completion_repository import PendingCompletion, start_completion
 from service.jobs.plans import Batch, tombstones
@@ -76,12 +52,8 @@ if TYPE_CHECKING:
     from service.uow import UnitOfWork
 
 
-# -- locking the round ---------------------------------------------------------------------------------------
-
-# The queued requests' named owners and samples that the model still holds: read with the locks, for the
-# plan (a superset of what the requests taken need when more are queued than a round takes). ``= ANY(ARRAY(
-# subquery))``, not ``IN (subquery)``: the names become one array, found through the samples' indexes,
-# where ``IN`` let the planner hash-join the model's every sample (a scan that grows with the model).
+# The queued requests' named subjects the model still holds. ``= ANY(ARRAY(subquery))``, not ``IN``: one
+# array found through the samples' indexes, where ``IN`` hash-joined the model's every sample.
 _NAMED_OWNERS = f"""
 SELECT s.owner_id, s.sample_id FROM samples s
 WHERE s.model_id = %(model_id)s AND s.owner_id = ANY(ARRAY(
@@ -98,8 +70,7 @@ WHERE s.model_id = %(model_id)s AND s.sample_id = ANY(ARRAY(
 
 @dataclass
 class LockedRound:
-    """What a round reads under the model lock: the model (None: unknown), its queued requests (oldest
-    first, locked), its current version (None: not trained) and, of the subjects those requests name, the
+    """What a round reads under the model lock (None: unknown model, no version) and the named subjects'
     samples still there (owner -> samples, sample -> owner)."""
 
     model: Model | None
@@ -129,12 +100,9 @@ def lock_round(
     limit: int,
     manifests: KnownManifests | None = None,
 ) -> LockedRound:
-    """Lock the model's row (``FOR NO KEY UPDATE``) and up to ``limit`` of its queued requests (oldest
-    first, ``FOR UPDATE``), and read them with its current version and the named subjects' remaining
-    samples, in the caller's transaction. The rows become the session's objects without a second query
-    (:func:`service.db.postgres.adopt`): what the round changes on them is flushed with its writes.
-    ``manifests``: the model's bucket manifests are read only if the row changed since this process's
-    last round wrote them (:class:`service.jobs.state.KnownManifests`)."""
+    """Lock the model's row and up to ``limit`` of its queued requests (oldest first) and read them, its
+    current version and the named subjects' samples as session objects (:func:`~service.db.postgres.adopt`).
+    ``manifests``: the model's manifests are re-read only if its row changed since this process wrote them."""
     with conn.pipeline():
         pending = start_lock_round(conn, model_id, limit, manifests)
     return finish_lock_round(session, pending)
@@ -143,8 +111,7 @@ def lock_round(
 def start_lock_round(
     conn: Connection[Any], model_id: int, limit: int, manifests: KnownManifests | None = None
 ) -> PendingRoundLock:
-    """Send, in the caller's pipeline, :func:`lock_round`'s statements; :func:`finish_lock_round` reads
-    their answers once the pipeline ends."""
+    """Send :func:`lock_round`'s statements in the caller's pipeline (answers: :func:`finish_lock_round`)."""
     known = manifests.known(model_id) if manifests is not None else None
     return PendingRoundLock(
         known=known,
@@ -173,8 +140,7 @@ def finish_lock_round(session: Session, pending: PendingRoundLock) -> LockedRoun
 
 
 def _adopt_model(session: Session, row: Sequence[Any], known: KnownRow | None) -> Model:
-    """The model's row, its manifests from ``known`` when the row is still the version they came from
-    (then the statement read them as NULL)."""
+    """The model's row; its manifests from ``known`` when the row is still that version (read as NULL)."""
     *columns, xmin = row
     return adopt(
         session, Model, columns, known.values() if known is not None and known.xmin == xmin else None
@@ -197,10 +163,7 @@ WHERE id = (SELECT current_version_id FROM models WHERE id = %s)
 """
 
 
-# -- recording the round -------------------------------------------------------------------------------------
-
-# The dataset row, locked; its manifest is read only when it differs from the model's (the usual case is
-# that the two hold the same buckets, and then the model's, already loaded, stands for it).
+# The dataset row, locked; its manifest read only when it differs from the model's (already loaded).
 _LOCK_DATASET = """
 SELECT d.num_rows, d.erased_rows, d.arrays IS NULL,
        CASE WHEN d.arrays::text IS NOT DISTINCT FROM m.training::text THEN NULL ELSE d.arrays::text END
@@ -261,8 +224,7 @@ class UnlearnedVersion:
 
 @dataclass
 class PendingRecord:
-    """The reads and locks :func:`record_round` needs, sent in a pipeline (:func:`start_record_round`);
-    their answers are read once it ends."""
+    """The reads and locks :func:`record_round` needs, sent in a pipeline (:func:`start_record_round`)."""
 
     dataset: Cursor[Any]  # the source dataset's row, locked (:data:`_LOCK_DATASET`)
     version_id: Cursor[Any]  # the new version's id
@@ -274,16 +236,12 @@ class PendingRecord:
 def start_record_round(
     conn: Connection[Any], model: Model, forgotten: Mapping[str, str], emptied: Collection[str]
 ) -> PendingRecord:
-    """Send, in the caller's pipeline, what :func:`record_round` reads first: the source dataset's row
-    (locked), the new version's id, the model chain's head (locked) and which of the forgotten samples'
-    owners not named whole keep samples, then the commit's lock (shared with other writers, exclusive of
-    collectors). No deadlock with a collector: a collector takes its lock after its row locks and waits
-    for none after it, and the rows the round writes once it holds the lock are ones no collector holds
-    (the model's and the dataset's rows and the chain's head, locked by the round already; the previous
-    version's row, the requests it took and the model's references, tombstones and samples, which only
-    the holder of the model's lock writes; the dataset's references, which only the holder of its row
-    lock writes). The caller writes the round's blobs before it ends the pipeline, so that they are
-    written while Postgres answers."""
+    """Send in the caller's pipeline what :func:`record_round` reads: the source dataset's row and the
+    model chain's head (locked), the new version's id, which forgotten owners not named whole keep samples,
+    then the commit's lock (shared with writers, exclusive of collectors). No deadlock with a collector:
+    it takes its lock after its row locks and waits for none after it, and the rows the round writes once
+    it holds the lock are ones no collector holds (locked by the round already, or written only under the
+    model's lock or the dataset's row lock). The caller writes the blobs before it ends the pipeline."""
     undecided = sorted({o for o in forgotten.values() if o} - set(emptied))
     return PendingRecord(
         dataset=conn.execute(_LOCK_DATASET, {"model_id": model.id, "dataset_id": model.dataset_id}),
@@ -301,8 +259,7 @@ def start_record_round(
 @dataclass
 class RecordedRound:
     """What :func:`record_round` recorded: the version's row and, when its COMMIT went with the writes,
-    its completion's reads, started in the transaction that began with it (the unit of work is then in
-    that transaction)."""
+    its completion's reads, started in the transaction that COMMIT began (``uow`` is now in it)."""
 
     version: ModelVersion
     completion: PendingCompletion | None
@@ -328,26 +285,16 @@ def record_round(
     manifests: KnownManifests | None = None,
     while_writing: Callable[[], None] | None = None,
 ) -> RecordedRound:
-    """Write the round's version and everything that goes with it (see the module's docstring) in
-    ``uow``'s transaction; returns its row (not in the session).
+    """Write the round's version and everything that goes with it in ``uow``'s transaction.
 
-    ``pending``: :func:`start_record_round`'s, answered: the commit's lock is held from then on, so no
-    collector deletes a blob until this transaction ends. The release's new blobs, put before the lock
-    was granted, are checked to be still stored (:meth:`UnitOfWork.check_stored`: if one is gone,
-    :class:`service.storage.artifacts.BlobVanished` is raised and nothing commits); those put after it
-    (the dataset's rewritten buckets) need no check. The COMMIT goes with the writes
-    (:meth:`UnitOfWork.send_commit`) unless the unit of work has something else to commit (a failed
-    request's state, an outbox message): then the caller commits ``uow``. ``created_event(version_id,
-    seq)``: the ``version.created`` audit event. The model's new manifests are noted in ``manifests``
-    with the row version that holds them. ``while_writing``: work of the caller's (the hot statistics'
-    move to the new version) run once every write is sent, while Postgres executes them, and before the
-    COMMIT is sent: if it fails, nothing commits.
-
-    When the COMMIT goes with the writes, a new transaction of ``uow`` begins with it and the version's
-    completion's reads are started in it (:func:`service.jobs.completion_repository.start_completion`);
-    they are returned with the version, and the caller completes the version in that transaction
-    (:func:`service.jobs.completion_repository.complete_version` with them). None when the COMMIT did
-    not go with the writes."""
+    ``pending`` (answered): the commit's lock is held from then on, so no collector deletes a blob until
+    this transaction ends; the new blobs put before it was granted are checked still stored
+    (:meth:`UnitOfWork.check_stored`: else ``BlobVanished`` and nothing commits). The COMMIT goes with
+    the writes (:meth:`UnitOfWork.send_commit`) unless ``uow`` has more to commit (then the caller
+    commits); if it does, the completion's reads start in the transaction it begins (returned).
+    ``created_event(version_id, seq)``: the ``version.created`` event; ``manifests``: notes the model's
+    new manifests; ``while_writing``: run once every write is sent, before the COMMIT (fails: nothing
+    commits)."""
     model, previous = unlearned.model, unlearned.previous
     chain = model_chain(model.id)
     source = _source_dataset(pending.dataset.fetchone(), model)
@@ -366,7 +313,16 @@ def record_round(
     uow.check_stored(new_blobs - old_blobs)  # old_blobs: held by the model's committed row all along
 
     now = utcnow()
-    dataset_arrays = _dataset_after(cache, source, model, unlearned)
+    dataset_arrays = None
+    if source.arrays is not None:
+        dataset_arrays = dataset_arrays_after(
+            cache,
+            source.arrays,
+            unlearned.forgotten,
+            old_training=model.training,
+            new_training=release.training,
+            request=unlearned.request,
+        )
     erased = tombstones(
         hasher, model.id, unlearned.batch, unlearned.forgotten, owners_left, model.budget_epoch
     )
@@ -449,21 +405,6 @@ def _source_dataset(row: Any, model: Model) -> _SourceDataset:
     else:
         arrays = jsoncodec.loads(text)
     return _SourceDataset(int(num_rows), int(erased_rows), arrays)
-
-
-def _dataset_after(
-    cache: BlobCache, source: _SourceDataset, model: Model, unlearned: UnlearnedVersion
-) -> dict[str, Any] | None:
-    if source.arrays is None:
-        return None
-    return dataset_arrays_after(
-        cache,
-        source.arrays,
-        unlearned.forgotten,
-        old_training=model.training,
-        new_training=unlearned.release.training,
-        request=unlearned.request,
-    )
 
 
 def _swap_refs(conn: Connection[Any], holder: str, old: set[str], new: set[str], now: datetime) -> None:

@@ -38,12 +38,9 @@ _BLOB_KINDS = ("artifact", "weights", "bucket", "graph")
 
 
 class BlobCache:
-    """Decoded blobs, LRU, bounded by ``max_bytes``; thread-safe.
-
-    A value expires ``ttl_seconds`` after loading (:meth:`prune_expired`, or on the next read) and is
-    dropped at once when its blob is deleted (:meth:`forget`), so an erased subject's bytes leave every
-    process's memory within the TTL.
-    """
+    """Decoded blobs, LRU, bounded by ``max_bytes``; thread-safe. A value expires ``ttl_seconds`` after
+    loading and is dropped at once when its blob is deleted (:meth:`forget`), so an erased subject's bytes
+    leave every process's memory within the TTL."""
 
     def __init__(
         self,
@@ -162,11 +159,7 @@ class BlobCache:
 
 class KnownManifests:
     """Per model, the encoded ``models.training``/``models.statistics`` this process's last round wrote,
-    keyed by the ``xmin`` of the row version holding them; LRU over ``capacity`` models, thread-safe.
-
-    A round re-reads the columns only when the row's ``xmin`` differs (any later write, or a rollback,
-    never matches). Values are stored encoded and decoded afresh on each use.
-    """
+    keyed by the ``xmin`` of the row version holding them (docs/decisions.md); LRU, thread-safe."""
 
     def __init__(self, capacity: int = 128) -> None:
         self._lock = threading.Lock()
@@ -214,23 +207,17 @@ def _assemble(rows: Bucket, manifest: Mapping[str, Any]) -> Dataset:
 
 def write_training(artifacts: ArtifactStore, dataset: Dataset, max_buckets: int) -> dict[str, Any]:
     """Store a dataset's arrays as buckets; ``rows`` keeps the original order for reassembly."""
+    rows = np.arange(len(dataset), dtype=np.int64)
     return write_buckets(
         artifacts,
         dataset.sample_ids,
         dataset.owner_ids,
-        {
-            "features": dataset.features,
-            "labels": dataset.labels,
-            "rows": np.arange(len(dataset), dtype=np.int64),
-        },
+        {"features": dataset.features, "labels": dataset.labels, "rows": rows},
         bucket_count(dataset.owner_ids, max_buckets),
         num_classes=dataset.num_classes,
         feature_shape=list(dataset.feature_shape),
         name=dataset.name,
     )
-
-
-# -- JSON, seeds, configuration ----------------------------------------------------------------
 
 
 def derive_seed(*parts: object) -> int:
@@ -253,9 +240,6 @@ def policy_kwargs(fn: Callable[..., Any], policy: BudgetPolicy) -> dict[str, Any
         return {"policy": policy} if "policy" in inspect.signature(fn).parameters else {}
     except (TypeError, ValueError):
         return {}
-
-
-# -- statistics --------------------------------------------------------------------------------
 
 
 def write_statistics(
@@ -295,9 +279,6 @@ def load_hot_statistics(
     if snapshot is None:
         snapshot = read_statistics(cache, manifest)
     hot.load_stats(model_id, seq, snapshot.sample_ids, snapshot.owner_ids, snapshot.vectors)
-
-
-# -- reconstituting the state ------------------------------------------------------------------
 
 
 def hot_statistics(

@@ -9,17 +9,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from service import metrics
 from service.audit.service import model_chain
 from service.db.base import utcnow
 from service.db.tables import Model
+from service.faults import disk_full, is_transient, short_cause
 from service.graphs.erasure import departed, retrain_graph
 from service.graphs.storage import is_graph, sample_count
 from service.jobs.completion import collect_garbage, finish
 from service.jobs.context import UpdateContext
+from service.jobs.job_guard import GuardedProgress, JobCanceled, job_estimate
 from service.jobs.plans import Batch, plan_requests
 from service.jobs.request_lifecycle import fail_request, mark_applied, record_erasure
 from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
@@ -35,52 +38,26 @@ from unlearning.tables.quality import QualityReport, quality_problem
 
 log = logging.getLogger(__name__)
 
+INITIAL = VersionKind.INITIAL.value
+"""A first training's kind: its ledger entry's, and its label in the training metrics."""
+
 
 class TrainingContext(UpdateContext, Protocol):
     """The runtime a training or retraining uses (the same as an update's)."""
 
 
-_FITTING = (ModelState.TRAINING, ModelState.RETRAINING)
-"""The model states in which a job fits the model (and reports its progress)."""
-
-
-class ProgressReporter:
-    """``progress(phase, fraction)`` for ``method.fit``: commits phase, fraction and ETA in its own
-    transaction, at most every ``interval`` seconds (and at fraction 1)."""
-
-    def __init__(self, rt: TrainingContext, model_id: int, interval: float = 0.5) -> None:
-        self._rt, self._model_id, self._interval = rt, model_id, interval
-        self._start = time.monotonic()
-        self._last = 0.0
-
-    def __call__(self, phase: str, fraction: float) -> None:
-        now = time.monotonic()
-        if now - self._last < self._interval and fraction < 1.0:
-            return
-        self._last = now
-        fraction = min(max(float(fraction), 0.0), 1.0)
-        elapsed = now - self._start
-        eta = elapsed * (1.0 - fraction) / fraction if fraction > 0 else None
-        with self._rt.uow() as uow:
-            uow.models.record_progress(self._model_id, _FITTING, phase, fraction, eta)
-            uow.commit()
-
-
 def _fit(
     rt: TrainingContext, model: Model, training: dict[str, Any], seed: int
 ) -> tuple[MethodState, Certificate, int]:
-    """Fit on the arrays ``training`` names; returns (state, certificate, sample count). Writes nothing.
-    Raises RuntimeError if the certificate does not verify."""
+    """Fit on the arrays ``training`` names, under the job's guard; returns (state, certificate, sample
+    count). Writes nothing but progress. Raises RuntimeError if the certificate does not verify, and
+    :class:`JobCanceled` or :class:`JobTimedOut` (see :mod:`service.jobs.job_guard`)."""
     dataset = rt.cache.dataset(training)
     method = get_method(model.method)
     policy = policy_of(model)
+    progress = GuardedProgress(rt, model.id, job_estimate(method, model))
     state, certificate = method.fit(
-        dataset,
-        dict(model.config),
-        privacy_of(model),
-        seed,
-        ProgressReporter(rt, model.id),
-        **policy_kwargs(method.fit, policy),
+        dataset, dict(model.config), privacy_of(model), seed, progress, **policy_kwargs(method.fit, policy)
     )
     problems = method.verify_certificate(certificate)
     if problems:
@@ -112,7 +89,9 @@ def _write_and_record(
     def attempt() -> int | None:
         try:
             release = write()
-        except Exception as exc:  # noqa: BLE001 - any failure becomes the model's error, never a crash loop
+        except Exception as exc:  # any other failure is the model's error, never a crash loop
+            if is_transient(exc):
+                raise  # the job runs again (_Run.retry_later)
             fail(rt, model_id, exc)
             return None
         version_id = record(release)
@@ -144,24 +123,38 @@ def refresh_planner_statistics(rt: TrainingContext) -> None:
 
 
 def _stale(rt: TrainingContext, model: Model) -> bool:
-    """A training whose progress has not moved for ``stale_job_seconds`` is presumed dead."""
-    return model.updated_at < utcnow() - timedelta(seconds=rt.settings.stale_job_seconds)
+    """A job whose model has not moved (no progress report, no heartbeat) for ``job_heartbeat_timeout_seconds``
+    is presumed dead (service.jobs.heartbeat)."""
+    return model.updated_at < utcnow() - timedelta(seconds=rt.settings.job_heartbeat_timeout_seconds)
 
 
 # -- training -----------------------------------------------------------------------------------
 
 
 def train_model(rt: TrainingContext, model_id: int) -> None:
+    """Fit the model's first version (a model ``queued``, or ``training`` and stale). A transient fault
+    (:func:`service.faults.is_transient`) fails nothing: the model is queued again (:class:`_Run`)."""
+    run = _Run(INITIAL, model_id)
+    try:
+        _train(rt, run)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        run.retry_later(rt, exc)
+
+
+def _train(rt: TrainingContext, run: _Run) -> None:
+    model_id = run.model_id
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or not (
-            model.status == ModelState.QUEUED
-            or (model.status == ModelState.TRAINING and _stale(rt, model))
+            model.status == ModelState.QUEUED or (model.status == ModelState.TRAINING and _stale(rt, model))
         ):
             return
         model.status, model.phase = ModelState.TRAINING, "starting"
         model.progress, model.eta_seconds = 0.0, None
         model.started_at, model.error = utcnow(), None
+        run.started_at = model.started_at
         uow.audit.append(model_chain(model_id), "training.started", model_id=model_id)
         uow.commit()
     started = time.perf_counter()
@@ -170,10 +163,12 @@ def train_model(rt: TrainingContext, model_id: int) -> None:
         if training is None:
             raise UnlearningError("the model's training data is empty")
         state, certificate, size = _fit(rt, model, training, int(model.seed))
-        problem = quality_problem(_quality(state, "initial"), model.config.get("min_quality"))
+        problem = quality_problem(_quality(state, INITIAL), model.config.get("min_quality"))
         if problem:
             raise UnlearningError(problem)
-    except Exception as exc:  # noqa: BLE001 - any failure becomes the model's error, never a crash loop
+    except Exception as exc:  # any other failure is the model's error, never a crash loop
+        if is_transient(exc):
+            raise
         _fail_training(rt, model_id, exc)
         return
     max_buckets = rt.settings.max_buckets
@@ -187,13 +182,15 @@ def train_model(rt: TrainingContext, model_id: int) -> None:
     )
     if version_id is None:
         return
-    metrics.TRAININGS.labels("initial", "ok").inc()
-    metrics.TRAINING_SECONDS.labels("initial").observe(time.perf_counter() - started)
+    metrics.TRAININGS.labels(INITIAL, "ok").inc()
+    metrics.TRAINING_SECONDS.labels(INITIAL).observe(time.perf_counter() - started)
     finish(rt, model_id, version_id)
     refresh_planner_statistics(rt)
 
 
-def _record_training(rt: TrainingContext, model_id: int, release: Release, certificate: Certificate) -> int | None:
+def _record_training(
+    rt: TrainingContext, model_id: int, release: Release, certificate: Certificate
+) -> int | None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status != ModelState.TRAINING:
@@ -202,7 +199,7 @@ def _record_training(rt: TrainingContext, model_id: int, release: Release, certi
             uow, model, release, kind=VersionKind.INITIAL, budget_epoch=1, num_forgotten=0, request_count=0
         )
         model.budget_epoch = 1
-        _ledger(uow, model, version.id, certificate, kind="initial", reason=None)
+        _ledger(uow, model, version.id, certificate, kind=INITIAL, reason=None)
         _ready(model)
         uow.audit.append(
             model_chain(model_id),
@@ -222,12 +219,23 @@ def _record_training(rt: TrainingContext, model_id: int, release: Release, certi
         return version.id
 
 
+def _canceled(kind: str, model_id: int, exc: BaseException) -> bool:
+    """Whether ``exc`` ended a job whose model was deleted meanwhile (counted; nothing to record)."""
+    if not isinstance(exc, JobCanceled):
+        return False
+    log.info("the %s of model %s stopped: the model was deleted", kind, model_id)
+    metrics.TRAININGS.labels(kind, "canceled").inc()
+    return True
+
+
 def _fail_training(rt: TrainingContext, model_id: int, exc: BaseException) -> None:
     """The model cannot serve: record why, and fail the deletions waiting for it (nothing to apply them to)."""
-    reason = str(exc) if isinstance(exc, UnlearningError) else f"training failed: {type(exc).__name__}: {exc}"
+    if _canceled(INITIAL, model_id, exc):
+        return
+    reason = str(exc) if isinstance(exc, UnlearningError) else f"training failed: {short_cause(exc)}"
     if not isinstance(exc, UnlearningError):
         log.error("training of model %s failed", model_id, exc_info=exc)
-    metrics.TRAININGS.labels("initial", "failed").inc()
+    metrics.TRAININGS.labels(INITIAL, "failed").inc()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status == ModelState.DELETED:
@@ -249,7 +257,18 @@ def _fail_training(rt: TrainingContext, model_id: int, exc: BaseException) -> No
 def retrain_model(rt: TrainingContext, model_id: int, reason: str | None = None) -> None:
     """Retrain on the remaining data without every waiting request's subjects; start a new budget epoch.
     Runs only for a model in ``retraining`` (phase ``waiting``, or stale), with requests waiting or a
-    ``Model.retrain_reason``."""
+    ``Model.retrain_reason``. A transient fault fails nothing: the retrain waits again (:class:`_Run`)."""
+    run = _Run("retrain", model_id, reason=reason)
+    try:
+        _retrain(rt, run, reason)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        run.retry_later(rt, exc)
+
+
+def _retrain(rt: TrainingContext, run: _Run, reason: str | None) -> None:
+    model_id = run.model_id
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status != ModelState.RETRAINING:
@@ -278,6 +297,7 @@ def retrain_model(rt: TrainingContext, model_id: int, reason: str | None = None)
                 uow.deletions.add_event(request.id, RequestState.RETRAINING, now, reason)
         model.phase = ModelState.RETRAINING
         model.progress, model.eta_seconds, model.started_at = 0.0, None, now
+        run.started_at, run.reason = now, reason
         epoch = model.budget_epoch + 1
         uow.audit.append(
             model_chain(model_id),
@@ -303,7 +323,9 @@ def retrain_model(rt: TrainingContext, model_id: int, reason: str | None = None)
             raise UnlearningError("these deletions would leave no training data: nothing to retrain on")
         state, certificate, size = _fit(rt, model, remaining, derive_seed(model.seed, "retrain", epoch))
         _quality(state, "retrain")  # a retrain is never failed for its quality: the deletions must go through
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # any other failure fails the waiting requests
+        if is_transient(exc):
+            raise
         _fail_retrain(rt, model_id, exc)
         return
     max_buckets = rt.settings.max_buckets
@@ -416,9 +438,9 @@ def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:
 
 def _fail_retrain(rt: TrainingContext, model_id: int, exc: BaseException) -> None:
     """The old version keeps serving; the waiting requests fail with the reason."""
-    reason = (
-        str(exc) if isinstance(exc, UnlearningError) else f"retraining failed: {type(exc).__name__}: {exc}"
-    )
+    if _canceled("retrain", model_id, exc):
+        return
+    reason = str(exc) if isinstance(exc, UnlearningError) else f"retraining failed: {short_cause(exc)}"
     if not isinstance(exc, UnlearningError):
         log.error("retraining of model %s failed", model_id, exc_info=exc)
     metrics.TRAININGS.labels("retrain", "failed").inc()
@@ -439,6 +461,67 @@ def _fail_retrain(rt: TrainingContext, model_id: int, exc: BaseException) -> Non
 
 
 # -- shared -------------------------------------------------------------------------------------
+
+RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0, 16.0, 29.0)  # seconds between looks at the database (60 s in all)
+DISK_FULL_RETRY_SECONDS = 30.0  # a job that could not write waits this long before it runs again
+
+
+@dataclass
+class _Run:
+    """One run of a training (``kind`` INITIAL) or retrain ("retrain") job, for a transient fault's
+    retry: ``started_at`` is set once the job claimed the model, ``reason`` is a retrain's."""
+
+    kind: str
+    model_id: int
+    started_at: datetime | None = None
+    reason: str | None = None
+
+    def retry_later(self, rt: TrainingContext, exc: BaseException) -> None:
+        """Put the model back as it was before this run claimed it (a training ``queued``, a retrain's
+        phase ``waiting``) with its job queued, once the database answers (after 1, 2, 4 ... s); after a
+        full disk the job is due ``DISK_FULL_RETRY_SECONDS`` later, not at once (a fit per attempt). If
+        the database does not answer within ``sum(RETRY_DELAYS)``, recovery re-queues the stale job."""
+        log.warning(
+            "the %s of model %s met a transient fault (%s); it runs again",
+            "first training" if self.kind == INITIAL else "retrain",
+            self.model_id,
+            short_cause(exc),
+        )
+        due = timedelta(seconds=DISK_FULL_RETRY_SECONDS if disk_full(exc) else 0.0)
+        for delay in RETRY_DELAYS:
+            time.sleep(delay)
+            try:
+                if self._requeue(rt, due):
+                    metrics.TRAININGS.labels(self.kind, "retried").inc()
+                return
+            except Exception as again:
+                if not is_transient(again):
+                    raise
+        log.warning("model %s: the database did not answer; recovery re-queues its job", self.model_id)
+
+    def _requeue(self, rt: TrainingContext, due: timedelta) -> bool:
+        """In one transaction: the model back to its job's gate, the job queued; False when the model is
+        no longer this run's (deleted, done, or claimed by another run)."""
+        with rt.uow() as uow:
+            model = uow.models.lock(self.model_id)
+            if model is None:
+                return False
+            mine = self.started_at is not None and model.started_at == self.started_at
+            payload: dict[str, Any] = {"model_id": self.model_id}
+            if self.kind == INITIAL:
+                if not (model.status == ModelState.QUEUED or (model.status == ModelState.TRAINING and mine)):
+                    return False
+                model.status = model.phase = ModelState.QUEUED
+                task, dedupe = "train_model", f"train:{self.model_id}"
+            else:
+                if model.status != ModelState.RETRAINING or not (model.phase == "waiting" or mine):
+                    return False
+                model.phase, payload["reason"] = "waiting", self.reason
+                task, dedupe = "retrain_model", f"retrain:{self.model_id}"
+            model.progress, model.eta_seconds = 0.0, None
+            uow.outbox.add(task, payload, dedupe_key=dedupe, available_at=utcnow() + due)
+            uow.commit()
+            return True
 
 
 def _ready(model: Model) -> None:

@@ -1,22 +1,11 @@
 """One deletion update round: drain up to ``max_batch`` of a model's queued requests into one new version.
 
-In one transaction, under the model lock (``SELECT ... FOR NO KEY UPDATE`` on the model row):
-
-1. lock and read the queued requests (oldest first) and the current version's state
-   (:func:`service.jobs.round_repository.lock_round`);
-2. take the longest prefix of requests the budget policy allows (``method.must_retrain``); the rest
-   wait for a retrain, which this transaction schedules
-   (:func:`service.jobs.request_lifecycle.await_retrain`);
-3. ``method.forget`` on the union (additivity: one call, one new version); a request the method
-   rejects is failed alone and the others are applied without it;
-4. write the blobs, then record in the transaction the version row, the ledger charge, the request
-   states, the tombstones, the erasure of the rows from the stored training and dataset arrays, the
-   audit events and the statistics in Redis (keyed by version, so Redis ahead of an aborted commit is
-   detected and rebuilt), and commit (:func:`service.jobs.round_repository.record_round`);
-5. after the commit: complete the version (serve it, delete the garbage blobs, complete the requests;
-   :mod:`service.jobs.completion`), in the transaction the round's COMMIT began when it could.
-
-The drain (:mod:`service.jobs.drain`) runs rounds until the queue is empty.
+In one transaction, under the model lock: lock the queued requests (oldest first) and read the current
+state (:mod:`service.jobs.round_repository`); take the longest prefix the budget allows (the rest wait
+for a retrain); ``method.forget`` on the union (one call, one version; a request the method rejects fails
+alone); write the blobs, record the version with everything that goes with it and the statistics in
+Redis (keyed by version, so Redis ahead of an aborted commit is rebuilt), commit; then complete the
+version (:mod:`service.jobs.completion`), in the transaction the round's COMMIT began when it could.
 """
 
 from __future__ import annotations
@@ -74,10 +63,8 @@ class _Forgot:
 
 
 class RoundTransaction:
-    """The unit of work an update round runs in: a new one, or the one the previous round's completion
-    continued into this round (:meth:`continue_into_next_round`), whose transaction began with that
-    completion's COMMIT and has this round's lock started already
-    (:func:`service.jobs.completion.complete_in_round_transaction`). As a context manager it gives the
+    """The unit of work an update round runs in: a new one, or the previous round's, continued into this
+    round with its lock started (:meth:`continue_into_next_round`). As a context manager it gives the
     unit of work and ends it on exit, unless continued into the next round meanwhile."""
 
     def __init__(
@@ -116,16 +103,14 @@ class Round:
     """What one update round did (:func:`apply_batch`)."""
 
     progressed: bool  # whether it handled any queued request (then the queue may hold more)
-    version: ModelVersion | None  # the version to finish, as committed (the completion need not read it)
+    version: ModelVersion | None  # the version to finish, as committed
     updatable: bool = True  # False: the model is unknown, not trained or not ready (retraining)
-    # The next round's transaction, its lock started (RoundTransaction): the version is completed already.
-    next_transaction: RoundTransaction | None = None
+    next_transaction: RoundTransaction | None = None  # the next round's, its lock started (version completed)
 
 
 def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction | None = None) -> Round:
     """One update round: drain up to ``max_batch`` of the model's queued requests into one version.
-    ``transaction``: the one the previous round's completion continued into this round
-    (:attr:`Round.next_transaction`); None: a new one."""
+    ``transaction``: the previous round's :attr:`Round.next_transaction` (None: a new one)."""
     started = time.perf_counter()
     round_transaction = transaction if transaction is not None else RoundTransaction(rt.uow())
     with round_transaction as uow:
@@ -167,9 +152,8 @@ def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction 
             )
             finished = recorded.version
             if recorded.completion is not None:
-                # Committed with its writes, its completion's reads answered in a new transaction of
-                # this unit of work: the completion goes on here, and starts the next round's lock in
-                # the transaction its own COMMIT begins.
+                # Committed with its writes: the completion goes on in this unit of work, and starts the
+                # next round's lock in the transaction its own COMMIT begins.
                 _observe_round(started, requests)
                 next_lock = complete_in_round_transaction(
                     rt,
@@ -184,8 +168,7 @@ def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction 
                 next_transaction = round_transaction.continue_into_next_round(next_lock)
                 return Round(True, None, next_transaction=next_transaction)
         elif forgot.batch.plans:
-            # Nothing left to forget (an earlier version already excludes these subjects): the
-            # current version answers them.
+            # Nothing left to forget (an earlier version excludes these subjects): the current one answers.
             mark_applied(
                 uow, model_id, [p.request for p in forgot.batch.plans], version.id, claimed_at, version.seq
             )
@@ -203,27 +186,22 @@ def _observe_round(started: float, requests: Sequence[DeletionRequest]) -> None:
 def _lock_round(
     rt: UpdateContext, uow: UnitOfWork, model_id: int, pending: PendingRoundLock | None = None
 ) -> LockedRound:
-    """The model locked, its queued requests (locked, oldest first) and its current version
-    (:func:`service.jobs.round_repository.lock_round`); ``pending``: the lock, started already by the
-    previous round's completion."""
+    """:func:`~service.jobs.round_repository.lock_round`; ``pending``: started by the previous completion."""
     if pending is not None:
         return finish_lock_round(uow.session, pending)
     return lock_round(uow.postgres_connection(), uow.session, model_id, rt.settings.max_batch, rt.manifests)
 
 
 def _needs_remaining(method: UnlearningMethod, model: Model) -> bool:
-    """Whether the method's ``forget`` for this model reads the remaining rows (a certified Hessian-free
-    model checks its bound on them)."""
+    """Whether the method's ``forget`` for this model reads the remaining rows (certified Hessian-free)."""
     return needs_remaining_data(method, model.config, privacy_of(model))
 
 
 def _budget_prefix(
     method: UnlearningMethod, model: Model, state: MethodState, plans: list[RequestPlan]
 ) -> tuple[list[RequestPlan], list[RequestPlan], str | None]:
-    """The longest prefix of ``plans`` the budget allows, the requests that must wait, and why.
-
-    Requests keep their order: once one waits for the retrain, every later one waits with it.
-    """
+    """The longest prefix of ``plans`` the budget allows, the requests that must wait (every one after
+    the first that must), and why."""
     privacy, policy = privacy_of(model), policy_of(model)
     covered: set[str] = set()
     for i, plan in enumerate(plans):
@@ -313,9 +291,8 @@ def _record_update(
     outcome: ForgetOutcome,
     claimed_at: Any,
 ) -> RecordedRound:
-    """Write the round's blobs and record its version (``previous``: the version the round started from)
-    in ``uow``'s transaction (:func:`service.jobs.round_repository.record_round`, which starts the
-    version's completion with the round's COMMIT when it can)."""
+    """Write the round's blobs and record its version after ``previous`` in ``uow``'s transaction
+    (:func:`service.jobs.round_repository.record_round`)."""
     planned = batch.samples
     if stats is not None:
         planned = {**planned, **stats.staged}
@@ -326,11 +303,9 @@ def _record_update(
         # is written (a later request naming that owner is then a 409, not an unknown subject).
         forgotten.update(uow.models.owners_of(model.id, unplanned))
     if set(forgotten) != set(batch.samples):
+        named = len(batch.samples)
         log.warning(
-            "model %s: the method forgot %d samples, the plan named %d",
-            model.id,
-            len(forgotten),
-            len(batch.samples),
+            "model %s: the method forgot %d samples, the plan named %d", model.id, len(forgotten), named
         )
     cert = outcome.certificate
     request = batch.forget_request()  # graphs: the stored graph loses exactly these items (service.graphs)
@@ -378,8 +353,7 @@ def _record_update(
         }
 
     def move_hot_statistics() -> None:
-        """Make Redis hold the new version's statistics: the round's staged removals applied, or the
-        method's new statistics loaded whole."""
+        """Redis to the new version's statistics: the staged removals applied, or the new ones loaded."""
         if stats is None or release.statistics is None:
             return
         seq = previous.seq + 1
@@ -390,8 +364,7 @@ def _record_update(
 
     conn = uow.postgres_connection()
     with conn.pipeline():
-        # The reads the writes need go first, and the blobs are written while Postgres answers them;
-        # the hot statistics move while it executes the writes.
+        # The blobs are written while Postgres answers the reads; the statistics move during the writes.
         pending = start_record_round(conn, model, forgotten, emptied)
         release = release_blobs()
     unlearned = UnlearnedVersion(

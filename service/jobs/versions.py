@@ -1,10 +1,6 @@
-"""Writing a new model version: blobs before the transaction, rows inside it.
-
-Blobs are content-addressed, so a rolled-back attempt leaves only unreferenced files. The transaction
-records the version, moves the model's pointers, swaps artifact references (holder ``model:<id>``
-holds training and statistics buckets, weights and ``MethodState.artifacts``) and erases the forgotten
-rows from the source dataset. Blobs losing their last reference go to ``model_versions.garbage``,
-deleted before any request the version answers completes.
+"""Writing a new model version: content-addressed blobs before the transaction (a rollback leaves only
+unreferenced files), rows and artifact references inside it. Blobs losing their last reference go to
+``model_versions.garbage``, deleted before any request the version answers completes.
 """
 
 from __future__ import annotations
@@ -73,20 +69,25 @@ def release_after_fit(
     train_size: int,
     max_buckets: int,
 ) -> Release:
-    released, clean, spec, own = write_state(artifacts, state)
+    written = write_state(artifacts, state)
     snapshot = state.statistics.export() if state.statistics is not None else None
-    return Release(
-        released_blob=released,
-        clean_blob=clean,
-        spec=spec,
-        artifacts=own,
-        accounting=json_safe(state.accounting),
-        certificate=certificate.to_dict(),
-        training=training,
-        train_size=train_size,
-        statistics=write_statistics(artifacts, snapshot, max_buckets) if snapshot is not None else None,
-        snapshot=snapshot,
-    )
+    statistics = write_statistics(artifacts, snapshot, max_buckets) if snapshot is not None else None
+    return _release(written, state, certificate, training, train_size, statistics, snapshot)
+
+
+def _release(
+    written: tuple[str, str, dict[str, Any], dict[str, str]],
+    state: MethodState,
+    certificate: Certificate,
+    training: dict[str, Any] | None,
+    train_size: int,
+    statistics: dict[str, Any] | None,
+    snapshot: StatisticsSnapshot | None,
+) -> Release:
+    """The release of ``state`` whose blobs :func:`write_state` ``written``."""
+    released, clean, spec, own = written
+    accounting, cert = json_safe(state.accounting), certificate.to_dict()
+    return Release(released, clean, spec, accounting, cert, training, train_size, statistics, own, snapshot)
 
 
 def release_after_forget(
@@ -104,8 +105,8 @@ def release_after_forget(
     """The release after a forget. ``forgotten``: sample id -> owner id. ``staged``: statistics removals
     went through RedisSampleStatistics, so only affected buckets are rewritten (else the whole snapshot
     is). ``request``: the batch (graphs apply it). ``whole_owners``: owners with no sample left."""
-    released, clean, spec, own = write_state(artifacts, state)
-    cache.remember_weights(released, state.released_weights)
+    written = write_state(artifacts, state)
+    cache.remember_weights(written[0], state.released_weights)
     train_size = model.train_size - len(forgotten)
     training: dict[str, Any] | None
     if is_graph(model.training):  # graph datasets (service.graphs): the remaining graph, rewritten whole
@@ -118,18 +119,8 @@ def release_after_forget(
     elif state.statistics is not None:
         snapshot = state.statistics.export()
         statistics = write_statistics(artifacts, snapshot, max_buckets)
-    return Release(
-        released_blob=released,
-        clean_blob=clean,
-        spec=spec,
-        accounting=json_safe(state.accounting),
-        artifacts=own,
-        certificate=certificate.to_dict(),
-        training=training if training and training["buckets"] else None,
-        train_size=train_size,
-        statistics=statistics,
-        snapshot=snapshot,
-    )
+    training = training if training and training["buckets"] else None
+    return _release(written, state, certificate, training, train_size, statistics, snapshot)
 
 
 def blobs_of(release: Release) -> set[str]:
@@ -163,9 +154,8 @@ def record_version(
     request_count: int,
     garbage: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> ModelVersion:
-    """Insert the version, point the model at it and purge superseded versions' weights (their rows,
-    certificates and digests stay). Blobs the model stops holding, plus ``garbage``, become the version's
-    garbage."""
+    """Insert the version, point the model at it and purge superseded versions' weights (rows stay); blobs
+    the model stops holding, plus ``garbage``, become the version's garbage."""
     previous = uow.models.version(model.current_version_id) if model.current_version_id is not None else None
     old = _held_by_model(model, previous)
     new = blobs_of(release)

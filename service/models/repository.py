@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import bindparam, delete, func, insert, literal, select, update
+from sqlalchemy import bindparam, delete, func, insert, literal, or_, select, text, update
 from sqlalchemy.orm import Session, undefer
 from sqlalchemy.orm.util import identity_key
 
@@ -18,6 +18,8 @@ from service.db.upsert import insert_ignore
 from service.states import ModelState, RequestState
 
 _IN_CHUNK = 5000  # bound on the size of one IN (...) list
+HEARTBEAT_LOCK_TIMEOUT = "1s"  # a beat waits no longer for a row a job is recording under
+WAITING_PHASE = "waiting"  # a retrain asked for, its job not started
 
 # built once on the Core tables (docs/decisions.md, "Statements built once")
 _models, _versions, _samples = table(Model).c, table(ModelVersion).c, table(Sample).c
@@ -97,17 +99,45 @@ class ModelRepository:
 
     def record_progress(
         self, model_id: int, fitting: Sequence[ModelState], phase: str, fraction: float, eta: float | None
-    ) -> None:
-        """A training's progress, written only while the model is in one of the ``fitting`` states."""
-        self.session.execute(
+    ) -> bool:
+        """A training's progress, written only while the model is in one of the ``fitting`` states;
+        whether it was (False: the model left them, e.g. it was deleted)."""
+        result = self.session.execute(
             update(Model)
             .where(Model.id == model_id, Model.status.in_(list(fitting)))
             .values(phase=phase[:64], progress=fraction, eta_seconds=eta, updated_at=utcnow())
         )
+        return bool(getattr(result, "rowcount", 0))
 
     def stale_jobs(self, statuses: Sequence[ModelState], before: datetime) -> builtins.list[Model]:
         return list(
             self.session.scalars(select(Model).where(Model.status.in_(statuses), Model.updated_at < before))
+        )
+
+    def heartbeat(self, model_id: int, holding: Sequence[ModelState], claimed_since: datetime) -> bool:
+        """Bump the model's ``updated_at`` if it is in one of the ``holding`` states and was claimed
+        (``started_at``) at or after ``claimed_since``; whether it was. Waits at most
+        :data:`HEARTBEAT_LOCK_TIMEOUT` for the row (then raises)."""
+        self.session.execute(text(f"SET LOCAL lock_timeout = '{HEARTBEAT_LOCK_TIMEOUT}'"))
+        result = self.session.execute(
+            update(Model)
+            .where(
+                Model.id == model_id,
+                Model.status.in_(list(holding)),
+                Model.started_at >= claimed_since,
+            )
+            .values(updated_at=utcnow())
+        )
+        return bool(getattr(result, "rowcount", 0))
+
+    def silent_jobs(self, status: ModelState, before: datetime) -> builtins.list[Model]:
+        """Models in ``status`` whose job has started (a phase other than ``waiting``) and whose heartbeat
+        (``updated_at``: :mod:`service.jobs.heartbeat`, progress reports) is older than ``before``."""
+        started = or_(Model.phase.is_(None), Model.phase != WAITING_PHASE)
+        return list(
+            self.session.scalars(
+                select(Model).where(Model.status == status, started, Model.updated_at < before)
+            )
         )
 
     # -- versions -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, get_args
 
 import numpy as np
@@ -13,6 +14,7 @@ from service.db.tables import Model, ModelVersion
 from service.errors import Conflict, Gone, NotFound, Unprocessable, from_unlearning_error
 from service.graphs.models import check_method_data
 from service.graphs.storage import subjects_of
+from service.job_limits import JobLimits
 from service.jobs.state import BlobCache
 from service.jobs.versions import model_holder
 from service.models.schemas import (
@@ -35,6 +37,7 @@ from service.storage.buckets import digests
 from service.storage.hot import HotStore, ServingWeights
 from service.uow import UnitOfWork
 from unlearning.errors import UnknownSampleError, UnlearningError
+from unlearning.methods.job_estimate import DataShape
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ChecksRegistration,
@@ -80,9 +83,10 @@ def list_methods() -> list[MethodOut]:
     return out
 
 
-def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
-    """Validate the registration (422 for bad hyperparameters, privacy target, family or data), lock the
-    dataset, insert the model with its samples and references, and queue its training; caller commits."""
+def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn, limits: JobLimits) -> Model:
+    """Validate the registration (422 for bad hyperparameters, privacy target, family or data, and for a
+    training job whose estimate exceeds ``limits``), lock the dataset, insert the model with its samples
+    and references, and queue its training; caller commits."""
     try:
         method = get_method(body.method)
     except UnlearningError as exc:
@@ -122,15 +126,23 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn) -> Model:
             f"dataset {body.dataset_id} has no rows left (every subject was erased)", code="empty_dataset"
         )
     check_method_data(body.method, method, dataset.id, dataset.arrays)  # table vs graph (service.graphs)
+    shape = DataShape(dataset.num_rows, math.prod(dataset.feature_shape), dataset.num_classes)
     if isinstance(method, ChecksRegistration):
         try:
             method.check_registration(
-                config, PrivacyTarget(body.privacy.epsilon, body.privacy.delta, body.release_mode),
-                math.prod(dataset.feature_shape),
+                config,
+                PrivacyTarget(body.privacy.epsilon, body.privacy.delta, body.release_mode),
+                shape.features,
             )
         except UnlearningError as exc:
             raise from_unlearning_error(exc) from exc
-    spec = _check_architecture(body.family, dataset.feature_shape, dataset.num_classes, config)
+    spec = _check_architecture(
+        body.family,
+        dataset.feature_shape,
+        dataset.num_classes,
+        config,
+        lambda: limits.check(method.estimate_job(config, shape)),
+    )
     model = uow.models.add(
         Model(
             name=body.name,
@@ -205,15 +217,21 @@ def _check_types(defaults: dict[str, Any], overrides: dict[str, Any]) -> None:
 
 
 def _check_architecture(
-    family: str, feature_shape: list[int], num_classes: int, config: dict[str, Any]
+    family: str,
+    feature_shape: list[int],
+    num_classes: int,
+    config: dict[str, Any],
+    check_job: Callable[[], None],
 ) -> ModelSpec:
     """The ModelSpec (``cnn``: the feature shape; others: flattened), built once to check it; 422 if it
-    cannot be built or an MLP is too large."""
+    cannot be built or an MLP is too large. ``check_job`` runs after the size checks and before the model
+    is built (nothing of the model's size is allocated for a job refused by its estimate)."""
     shape = tuple(feature_shape) if family == "cnn" else (math.prod(feature_shape),)
     spec = ModelSpec(family=family, input_shape=shape, num_classes=num_classes)
     try:
         if family == "mlp":
             check_mlp_size(shape[0], hidden_widths(config.get("hidden", [64])), num_classes)
+        check_job()
         build_model(spec)
     except UnlearningError as exc:
         raise from_unlearning_error(exc) from exc
@@ -357,7 +375,8 @@ def _named(uow: UnitOfWork, model: Model, predictions: list[Prediction]) -> list
     if not names:
         return predictions
     return [
-        p.model_copy(update={"class_name": names[p.label] if p.label < len(names) else None}) for p in predictions
+        p.model_copy(update={"class_name": names[p.label] if p.label < len(names) else None})
+        for p in predictions
     ]
 
 
@@ -426,7 +445,9 @@ def _method_predictions(
     data = cache.dataset(model.training) if model.training is not None else None
     instances = np.asarray(body.instances, dtype=np.float64) if body.instances else None
     if isinstance(method, PredictsProbabilities):
-        probabilities = method.predict_probabilities(state, data, instances=instances, item_ids=body.sample_ids)
+        probabilities = method.predict_probabilities(
+            state, data, instances=instances, item_ids=body.sample_ids
+        )
         if probabilities is not None:
             return [
                 Prediction(label=int(p.argmax()), probabilities=[round(float(v), 7) for v in p])

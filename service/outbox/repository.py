@@ -35,24 +35,12 @@ class OutboxRepository:
         dedupe_key: str | None = None,
         available_at: datetime | None = None,
     ) -> None:
-        """Queue ``task`` once this transaction commits.
-
-        With a ``dedupe_key``, a second message is dropped while one with the same key still waits:
-        fifty deletions on one model in quick succession cause one update job, not fifty.
-        """
+        """Queue ``task`` once this transaction commits; with a ``dedupe_key``, dropped while a message with
+        the same key still waits (fifty deletions on one model in quick succession queue one update job)."""
         now = utcnow()
-        ids = insert_ignore(
-            self.session,
-            OutboxMessage,
-            {
-                "task": task,
-                "payload": payload,
-                "dedupe_key": dedupe_key,
-                "available_at": available_at or now,
-                "created_at": now,
-            },
-            returning=OutboxMessage.id,
-        )
+        row = {"task": task, "payload": payload, "dedupe_key": dedupe_key, "created_at": now}
+        row["available_at"] = available_at or now
+        ids = insert_ignore(self.session, OutboxMessage, row, returning=OutboxMessage.id)
         if ids and (available_at is None or available_at <= now):
             self.added.append(Message(ids[0], task, payload))
 
@@ -91,16 +79,9 @@ class OutboxRepository:
             )
 
     def pending_count(self) -> int:
-        return int(
-            self.session.scalar(
-                select(func.count()).select_from(OutboxMessage).where(OutboxMessage.dispatched_at.is_(None))
-            )
-            or 0
-        )
+        stmt = select(func.count()).select_from(OutboxMessage).where(OutboxMessage.dispatched_at.is_(None))
+        return int(self.session.scalar(stmt) or 0)
 
     def purge_dispatched(self, before: datetime) -> None:
-        self.session.execute(
-            delete(OutboxMessage).where(
-                OutboxMessage.dispatched_at.is_not(None), OutboxMessage.dispatched_at < before
-            )
-        )
+        dispatched = OutboxMessage.dispatched_at
+        self.session.execute(delete(OutboxMessage).where(dispatched.is_not(None), dispatched < before))

@@ -1,10 +1,8 @@
 """``python -m service.receipts``: make a signing key, or verify a receipt without trusting the service.
 
 - ``new-key``: print a fresh Ed25519 private key (base64url) for LETHE_RECEIPT_SIGNING_KEY;
-- ``verify RECEIPT.json --public-key=KEY``: check a receipt (the answer of
-  ``GET /v1/deletions/{id}/receipt``) against a pinned public key (repeatable for rotated keys: the one
-  the receipt names is used). With ``--url``, also verify the audit chain over the API
-  (:mod:`service.audit.check`) and find the receipt's event at its seq with its hash, type and request.
+- ``verify RECEIPT.json --public-key=KEY``: check a receipt against pinned public keys (the one it names
+  is used); with ``--url``, also its event in the audit chain, verified over the API.
 Exit status 0 when everything checked holds, 1 otherwise, 2 for unusable input.
 """
 

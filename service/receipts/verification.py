@@ -1,7 +1,6 @@
 """Verify a receipt without trusting the service: its signature against the public keys given, and (with
-a client of the service) the audit event it names, in a chain whose hashes are recomputed here.
-
-One implementation for ``python -m service.receipts verify`` and ``lethe receipt --verify``."""
+a client of the service) the audit event it names, in a chain whose hashes are recomputed here (for
+``python -m service.receipts verify`` and ``lethe receipt --verify``)."""
 
 from __future__ import annotations
 

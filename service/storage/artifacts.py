@@ -1,7 +1,4 @@
-"""Content-addressed, immutable blob store (a directory by default).
-
-A blob's name is the sha256 of its bytes; :mod:`service.storage.s3` implements the same protocol.
-"""
+"""Content-addressed, immutable blob store (a directory; :mod:`service.storage.s3`): blobs named by sha256."""
 
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ class BlobNotFound(KeyError):
 
 
 class BlobVanished(RuntimeError):
-    """Blobs a transaction was about to reference were collected before its commit; nothing committed,
-    so writing the blobs again and retrying is safe."""
+    """Blobs a transaction was about to reference were collected before its commit (nothing committed)."""
 
     def __init__(self, digests: list[str]) -> None:
         super().__init__(f"{len(digests)} blob(s) were collected before their reference committed")
@@ -58,8 +54,7 @@ class ArtifactStore(Protocol):
 def remove_unreferenced(
     candidates: Iterable[str], referenced: Referenced, remove: Callable[[str], bool]
 ) -> list[str]:
-    """``remove(digest)`` (True: removed) each candidate no row holds, per batch in one ``referenced``
-    scope; returns the digests removed."""
+    """``remove(digest)`` (True: removed) each candidate no row holds, per batch in one ``referenced`` scope."""
     removed: list[str] = []
     names = sorted(candidates)
     for start in range(0, len(names), SWEEP_BATCH):
@@ -74,14 +69,9 @@ def digest_of(data: bytes) -> str:
 
 
 class LocalArtifactStore:
-    """Blobs under ``root/ab/<digest>``, written to a temporary file and renamed into place (readers
-    never see a partial blob).
-
-    ``durable``: :meth:`put` returns once the file and its directory entry are fsynced, so a committed
-    version never names a blob lost to a power cut. Unlinks are not fsynced; :meth:`sweep` removes
-    what a power cut brings back. ``put`` of an existing blob refreshes its mtime, which :meth:`sweep`
-    reads as "about to be referenced".
-    """
+    """Blobs under ``root/ab/<digest>``, written to a temporary file and renamed into place. ``durable``:
+    :meth:`put` returns once file and directory entry are fsynced (unlinks are not: docs/decisions.md).
+    ``put`` of an existing blob refreshes its mtime, which :meth:`sweep` reads as "about to be referenced"."""
 
     def __init__(self, root: Path, *, durable: bool = True) -> None:
         self.root = Path(root)
@@ -133,12 +123,9 @@ class LocalArtifactStore:
         self._path(digest).unlink(missing_ok=True)
 
     def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]:
-        """Delete unreferenced blobs not put for ``older_than_seconds`` (and stale temporary files);
-        returns their digests.
-
-        A candidate is renamed aside first and restored if its mtime moved since listing (a put wants
-        it). Files left aside by a crashed sweep are restored if referenced, else deleted.
-        """
+        """Delete unreferenced blobs not put for ``older_than_seconds`` (and stale temporary files); returns
+        their digests. A candidate is renamed aside first and restored if a put touched it since listing;
+        files a crashed sweep left aside are restored if referenced, else deleted."""
         cutoff = time.time() - older_than_seconds
         candidates: dict[str, int] = {}
         leftovers: list[Path] = []

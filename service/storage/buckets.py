@@ -1,13 +1,7 @@
-"""Per-sample arrays (training rows, statistics vectors) stored as content-addressed buckets.
-
-With at most ``max_buckets`` owners each owner has a bucket (:data:`PER_OWNER`), so forgetting a whole
-owner just drops their bucket; beyond that, owners share ``max_buckets`` buckets by hash. A bucket is
-one safetensors blob: arrays whose row i belongs to ``sample_ids[i]``, ids in the metadata.
-
-Manifest (JSON in the owning row): ``{"num_buckets": B, "num_rows": n, "buckets": {key: digest},
-"shared_buckets": [keys two owners hash to] (per-owner only), ...extra keys}``. ``num_rows`` and
-``shared_buckets`` may be absent from old manifests; without ``shared_buckets`` every affected bucket
-is read.
+"""Per-sample arrays (training rows, statistics vectors) stored as content-addressed safetensors buckets:
+one per owner up to ``max_buckets`` owners (:data:`PER_OWNER`: forgetting an owner drops their bucket),
+else ``max_buckets`` shared by hash. Manifest: ``{"num_buckets": B, "num_rows": n, "buckets": {key:
+digest}, "shared_buckets": [keys two owners hash to], ...extra}``; old ones may lack the last two.
 """
 
 from __future__ import annotations
@@ -54,12 +48,8 @@ def bucket_of(owner_id: str, num_buckets: int) -> str:
 
 
 def encode_bucket(bucket: Bucket) -> bytes:
-    return canonical(
-        np_save(
-            {k: np.ascontiguousarray(v) for k, v in bucket.arrays.items()},
-            metadata={"sample_ids": json.dumps(bucket.sample_ids), "owner_ids": json.dumps(bucket.owner_ids)},
-        )
-    )
+    ids = {"sample_ids": json.dumps(bucket.sample_ids), "owner_ids": json.dumps(bucket.owner_ids)}
+    return canonical(np_save({k: np.ascontiguousarray(v) for k, v in bucket.arrays.items()}, metadata=ids))
 
 
 def decode_bucket(blob: bytes) -> Bucket:
@@ -81,13 +71,7 @@ def write_buckets(
         rows[bucket_of(owner, num_buckets)].append(i)
 
     def put(idx: list[int]) -> str:
-        index = np.asarray(idx, dtype=np.int64)
-        bucket = Bucket(
-            [sample_ids[i] for i in idx],
-            [owner_ids[i] for i in idx],
-            {k: v[index] for k, v in arrays.items()},
-        )
-        return artifacts.put(encode_bucket(bucket))
+        return artifacts.put(encode_bucket(_rows(sample_ids, owner_ids, arrays, idx)))
 
     # file creation dominates and releases the GIL: threads overlap it
     items = sorted(rows.items())
@@ -98,6 +82,16 @@ def write_buckets(
     if num_buckets == PER_OWNER:
         manifest["shared_buckets"] = _shared_keys(owner_ids, num_buckets)
     return manifest
+
+
+def _rows(
+    sample_ids: Sequence[str], owner_ids: Sequence[str], arrays: Mapping[str, np.ndarray], rows: list[int]
+) -> Bucket:
+    """The bucket of ``rows`` (indices) of these arrays."""
+    index = np.asarray(rows, dtype=np.int64)
+    return Bucket(
+        [sample_ids[i] for i in rows], [owner_ids[i] for i in rows], {k: v[index] for k, v in arrays.items()}
+    )
 
 
 def _shared_keys(owner_ids: Sequence[str], num_buckets: int) -> list[str]:
@@ -123,10 +117,9 @@ def drop_rows(
     remember: Callable[[str, Bucket], None] | None = None,
     whole_owners: Collection[str] = (),
 ) -> tuple[dict[str, Any], set[str]]:
-    """Remove the ``removed`` samples (sample id -> owner id) from their buckets; returns the new
-    manifest and the digests it no longer names. ``remember(digest, bucket)`` gets each bucket written.
-    ``whole_owners``: owners all of whose rows are removed; their single-owner buckets are dropped unread.
-    """
+    """Remove the ``removed`` samples (sample id -> owner id) from their buckets; returns the new manifest
+    and the digests it no longer names. ``remember(digest, bucket)`` gets each bucket written;
+    ``whole_owners`` (all rows removed) have their single-owner buckets dropped unread."""
     affected: dict[str, set[str]] = defaultdict(set)
     owners_in: dict[str, set[str]] = defaultdict(set)
     for sid, owner in removed.items():
@@ -151,12 +144,7 @@ def drop_rows(
             continue
         removed_rows += len(bucket.sample_ids) - len(keep)
         if keep:
-            index = np.asarray(keep, dtype=np.int64)
-            kept = Bucket(
-                [bucket.sample_ids[i] for i in keep],
-                [bucket.owner_ids[i] for i in keep],
-                {k: v[index] for k, v in bucket.arrays.items()},
-            )
+            kept = _rows(bucket.sample_ids, bucket.owner_ids, bucket.arrays, keep)
             buckets[b] = artifacts.put(encode_bucket(kept))
             if remember is not None:
                 remember(buckets[b], kept)

@@ -1,8 +1,5 @@
-"""The Redis hot store: each model's serving pointer and weights, and the per-sample statistics.
-
-Not a system of record: every key is rebuilt from Postgres and the artifact store (service.jobs.state).
-
-Keys, all under ``{prefix}:m:{model_id}:``:
+"""The Redis hot store: each model's serving pointer and weights, and the per-sample statistics. Not a
+system of record: every key is rebuilt from Postgres and the artifact store. Keys, all under ``{prefix}:m:{model_id}:``:
 - ``serving``      hash: seq, version_id, dtype, spec, weights (raw little-endian bytes)
 - ``stats:meta``   hash: seq (the version whose statistics are loaded), dim, dtype
 - ``stats:vec``    hash: sample id -> vector bytes
@@ -114,8 +111,6 @@ class HotStore:
         except redis.RedisError:
             return False
 
-    # -- serving pointer and weights ----------------------------------------------------------
-
     def set_serving(
         self, model_id: int, version_id: int, seq: int, spec: dict[str, Any], weights: torch.Tensor
     ) -> bool:
@@ -149,8 +144,8 @@ class HotStore:
         pipe.execute()
 
     def claim_update(self, model_id: int, ttl_seconds: int = 30) -> bool:
-        """Take the model's update claim (expires after ``ttl_seconds``): True for the first caller since
-        it was released, who then publishes the job; True too when Redis fails (a redundant job is harmless)."""
+        """Take the model's update claim (expires after ``ttl_seconds``): True for the first caller since it
+        was released, who then publishes the job, or when Redis fails."""
         try:
             return bool(self.client.set(self.key(model_id, "update-pending"), 1, nx=True, ex=ttl_seconds))
         except redis.RedisError:
@@ -159,8 +154,6 @@ class HotStore:
     def release_update(self, model_id: int) -> None:
         """Release the update claim."""
         self.client.delete(self.key(model_id, "update-pending"))
-
-    # -- statistics ---------------------------------------------------------------------------
 
     def stats_meta(self, model_id: int) -> dict[str, str] | None:
         raw = reply_hash(self.client.hgetall(self.key(model_id, "stats:meta")))
@@ -180,8 +173,7 @@ class HotStore:
         owner_ids: Sequence[str],
         vectors: torch.Tensor,
     ) -> None:
-        """Replace the model's statistics with these rows; the meta key is written last, so a reader
-        seeing it for ``seq`` sees every row."""
+        """Replace the model's statistics with these rows (for version ``seq``)."""
         self.clear_stats(model_id)
         dtype = dtype_name(vectors.dtype)
         rows = vectors.detach().contiguous().cpu().numpy()
@@ -205,8 +197,6 @@ class HotStore:
             chunk = owners[start : start + _CHUNK]
             pipe.hset(osum_key, mapping={o: sums[o].tobytes() for o in chunk})
             pipe.hset(omem_key, mapping={o: json.dumps(members[o]) for o in chunk})
-        pipe.hset(
-            self.key(model_id, "stats:meta"),
-            mapping={"seq": seq, "dim": int(vectors.shape[1]), "dtype": dtype},
-        )
+        meta_key = self.key(model_id, "stats:meta")  # written last: a reader seeing ``seq`` sees every row
+        pipe.hset(meta_key, mapping={"seq": seq, "dim": int(vectors.shape[1]), "dtype": dtype})
         pipe.execute()

@@ -1,9 +1,6 @@
-"""SQL for artifact references: which holder (``dataset:3``, ``model:5``) holds which blob.
-
-A blob no holder names is garbage, deleted after the transaction dropping its last reference commits.
-Collecting garbage and committing new references exclude each other (:meth:`lock_for_collection` /
-:meth:`lock_for_commit`, one advisory lock), and a committing writer re-checks its blobs exist
-(:meth:`service.uow.UnitOfWork.commit`), since a put may have found a garbage blob with the same bytes.
+"""SQL for artifact references: which holder (``dataset:3``, ``model:5``) holds which blob; a blob no holder
+names is garbage. Collecting it and committing new references exclude each other (one advisory lock), and
+a committing writer re-checks its blobs exist (a put may have found a garbage blob with the same bytes).
 """
 
 from __future__ import annotations
@@ -62,8 +59,7 @@ class ArtifactRefRepository:
             self.commit_locked = True
 
     def lock_for_collection(self) -> None:
-        """Exclusive of writers' commits until this transaction ends (later statements see every
-        reference committed before)."""
+        """Exclusive of writers' commits until this transaction ends (later statements see every reference)."""
         self._lock("pg_advisory_xact_lock")
 
     def _lock(self, function: str) -> None:

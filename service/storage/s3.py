@@ -1,11 +1,7 @@
-"""The artifact store on S3 or an S3-compatible object store (MinIO, Ceph, Cloudflare R2, ...).
-
-Blobs are objects ``<prefix><sha256>`` (``LETHE_ARTIFACT_URL=s3://bucket/prefix``; credentials from
-boto3's chain; ``LETHE_S3_ENDPOINT_URL`` for non-AWS stores). Same semantics as
-:class:`service.storage.artifacts.LocalArtifactStore`: a put is durable when it returns (with
-``ChecksumSHA256``) and refreshes ``LastModified``; the sweep deletes unreferenced blobs whose
-``LastModified`` is past the grace and unchanged since listing (a missed same-second put is caught by
-the writer's commit check).
+"""The artifact store on S3 or an S3-compatible store: objects ``<prefix><sha256>``
+(``LETHE_ARTIFACT_URL=s3://bucket/prefix``, ``LETHE_S3_ENDPOINT_URL``), with the semantics of
+:class:`service.storage.artifacts.LocalArtifactStore` (``LastModified`` standing for the mtime; a missed
+same-second put is caught by the writer's commit check).
 """
 
 from __future__ import annotations
@@ -85,9 +81,7 @@ class S3ArtifactStore:
         """Delete unreferenced blobs not put for ``older_than_seconds``; returns their digests."""
         cutoff = time.time() - older_than_seconds
         candidates = {
-            key[len(self.prefix) :]: modified
-            for key, modified in self._listing()
-            if modified.timestamp() < cutoff
+            key[len(self.prefix) :]: when for key, when in self._listing() if when.timestamp() < cutoff
         }
         return remove_unreferenced(
             candidates, referenced, lambda digest: self._remove_if_untouched(digest, candidates[digest])

@@ -1,9 +1,6 @@
-"""``SampleStatistics`` over the Redis hot store, with staged removals.
-
-``remove`` only stages removals in memory (later reads see them); :meth:`RedisSampleStatistics.apply`
-writes them to Redis under the model lock, once the version's rows are flushed. Redis statistics carry
-their version's seq, so a Redis ahead of a failed commit is detected and rebuilt. Per-owner sums cover
-the owner's remaining samples, as :class:`unlearning.methods.statistics.InMemorySampleStatistics`.
+"""``SampleStatistics`` over the Redis hot store: ``remove`` stages removals in memory (later reads see
+them), :meth:`RedisSampleStatistics.apply` writes them under the model lock. Redis carries the version's
+seq, so a Redis ahead of a failed commit is detected and rebuilt.
 """
 
 from __future__ import annotations
@@ -76,8 +73,6 @@ class RedisSampleStatistics:
         self._k = {n: hot.key(model_id, f"stats:{n}") for n in ("vec", "owner", "osum", "omem", "meta")}
         self._keys = [self._k[n] for n in ("meta", "vec", "owner", "osum", "omem")]  # _APPLY's order
 
-    # -- errors -------------------------------------------------------------------------------
-
     def _missing_sample(self, sample_id: str) -> Exception:
         if sample_id in self._removed or sample_id in self._erased_samples:
             return AlreadyDeletedError(f"sample {sample_id!r} has already been forgotten")
@@ -87,8 +82,6 @@ class RedisSampleStatistics:
         if owner_id in self._erased_owners:
             return AlreadyDeletedError(f"owner {owner_id!r} has already been forgotten")
         return UnknownSampleError(f"owner {owner_id!r} has no samples in this model's training set")
-
-    # -- batched reads ------------------------------------------------------------------------
 
     def prefetch_owners(self, owner_ids: Iterable[str]) -> None:
         """Members and sums of ``owner_ids`` in one round trip (a batch forgetting many owners)."""
@@ -135,8 +128,6 @@ class RedisSampleStatistics:
             if owner is None:
                 raise self._missing_sample(sid)
         return [o.decode() for o in cast("list[bytes]", owners)]  # None ruled out above; see reply_bytes
-
-    # -- SampleStatistics -----------------------------------------------------------------------
 
     def has(self, sample_id: str) -> bool:
         return sample_id not in self._removed and bool(self._hot.client.hexists(self._k["owner"], sample_id))
@@ -186,8 +177,6 @@ class RedisSampleStatistics:
         return StatisticsSnapshot(
             sample_ids=tuple(ids), owner_ids=tuple(owner[s.encode()].decode() for s in ids), vectors=vectors
         )
-
-    # -- staged removals ------------------------------------------------------------------------
 
     @property
     def staged(self) -> dict[str, str]:

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.errors import ApiError
+from service.graphs import upload as graph_upload
 from service.runtime import Runtime
 from service.settings import Settings
 from tests.contract.conftest import api_error
@@ -88,6 +89,20 @@ def test_a_gzip_bomb_is_refused_with_a_413_naming_the_setting(client: TestClient
     assert "more than 20,000 data rows" in message and "LETHE_MAX_UPLOAD_ROWS" in message
     zeros = _gzip(b"", b"\0", 64 << 20)
     assert "binary data" in api_error(_upload(client, "zeros.csv.gz", zeros), 422, "invalid_dataset")
+    assert _count(client) == before
+
+
+def test_a_graph_parsed_whole_has_a_text_bound_of_its_own(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _count(client)
+    head = b'{"format": "lethe.node_graph.v1", "num_classes": 2, "num_features": 1, "nodes": ['
+    graph = _gzip(head, b" ", 16 << 20)  # 16 MiB of whitespace inside the JSON
+    message = api_error(_upload(client, "g.json.gz", graph), 413, "payload_too_large")
+    assert "LETHE_MAX_DECOMPRESSED_BYTES" in message  # the deployment's 8 MiB is the tighter bound
+    monkeypatch.setattr(graph_upload, "MAX_GRAPH_TEXT_BYTES", 4 << 20)
+    message = api_error(_upload(client, "g.json.gz", graph), 413, "payload_too_large")
+    assert "at most 4,194,304 bytes of text" in message and "NPZ graph format" in message
     assert _count(client) == before
 
 

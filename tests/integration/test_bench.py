@@ -1,5 +1,5 @@
 """``python -m bench.service`` runs end to end and its last line is the JSON the issue asks for; so do
-``python -m bench.deletion_path``, ``bench.history`` and ``bench.ab``."""
+``python -m bench.deletion_path``, ``bench.history``, ``bench.ab`` and ``bench.hostile``."""
 
 from __future__ import annotations
 
@@ -111,3 +111,35 @@ def test_the_ab_bench_runs_both_trees_and_compares_them(pg_url: str, redis_url: 
     assert floor["ratio"] == pytest.approx(
         figures["after"][0]["floor_ms"] / figures["before"][0]["floor_ms"], abs=1e-3
     )
+
+
+HOSTILE_KEYS = {
+    "victim_p99_ms",
+    "quiet_p99_ms",
+    "victim_missed_deadlines",
+    "victim_errors",
+    "hostile_5xx",
+    "api_rss_peak_mb",
+    "worker_freed_s",
+    "plain_ids_found",
+    "hostile_answers",
+    "targets_met",
+}
+
+
+def test_the_hostile_bench_leaves_the_victim_served_and_the_forgotten_subject_nowhere(
+    pg_url: str, redis_url: str
+) -> None:
+    """``python -m bench.hostile --quick``: a hostile client's inputs are refused without a server error,
+    the victim's deletions all go through, and the subject it forgot is named nowhere afterwards."""
+    figures = run_bench("bench.hostile", "--quick")
+    assert HOSTILE_KEYS <= set(figures)
+    answers = figures["hostile_answers"]
+    assert {"gzip_csv_2gb", "npz_header_1e9x1000", "stray_label_99999_upload", "langevin_epochs_1e9"} <= set(
+        answers
+    )
+    assert all(a["status"] is not None and a["status"] < 500 for a in answers.values()), answers
+    assert figures["hostile_5xx"] == 0
+    assert figures["victim_errors"] == 0, figures["victim_error_samples"]
+    assert figures["plain_ids_found"] == 0, figures["plain_id_hits"]
+    assert figures["victim_requests"] > 0 and figures["quiet_requests"] > 0

@@ -6,6 +6,7 @@ probed just inside and just beyond."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, get_args
 
 import pytest
@@ -124,6 +125,32 @@ def test_the_declared_bounds_are_the_enforced_ones(name: str, p: HyperParameter)
         item = 1 if p.minimum is None else p.minimum
         assert _accepts(method, p.name, [item] * p.max_items)
         assert not _accepts(method, p.name, [item] * (p.max_items + 1))
+
+
+NUMERIC = [(name, p) for name, p in DECLARED if p.kind in ("integer", "number", "integer_list")]
+NUMERIC_IDS = [f"{name}.{p.name}" for name, p in NUMERIC]
+
+
+@pytest.mark.parametrize(("name", "p"), NUMERIC, ids=NUMERIC_IDS)
+def test_every_numeric_hyperparameter_is_bounded_on_both_sides(name: str, p: HyperParameter) -> None:
+    """No single value may make a training run for days or allocate without bound: every numeric key
+    declares a maximum and a minimum, and a value far past the maximum (twice it, or one more for an
+    integer) is refused by ``check_config`` with a message naming the key and the bound."""
+    assert p.maximum is not None, f"{name}.{p.name} declares no maximum"
+    assert p.minimum is not None, f"{name}.{p.name} declares no minimum"
+    method = get_method(name)
+    far = p.maximum + 1 if p.kind in ("integer", "integer_list") else p.maximum * 2
+    defaults = method.default_config()
+    context = {k: v for k, v in CONTEXT.get(p.name, {}).items() if k in defaults}
+    with pytest.raises(InvalidConfigError, match=p.name) as refused:
+        method.check_config({**defaults, **context, p.name: _value(p, far)})
+    numbers = _numbers(str(refused.value))
+    assert p.maximum in numbers and far in numbers, f"{name}.{p.name}: name the bound and the value: {refused.value}"
+
+
+def _numbers(message: str) -> set[float]:
+    """Every number a message shows (1,000 or 1e+06 or 1e6 style)."""
+    return {float(m.replace(",", "")) for m in re.findall(r"-?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?", message)}
 
 
 @pytest.mark.parametrize(("name", "p"), DECLARED, ids=IDS)

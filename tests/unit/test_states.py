@@ -141,8 +141,7 @@ SQL_LITERAL = re.compile(r"'(" + "|".join(STATES) + r")'")
 OTHER_USES: dict[tuple[str, str], int] = {
     # the name of the models.training column (its bucket manifest), not the state
     ("service/jobs/round_repository.py", "training"): 3,
-    # the ledger's kind of entry (initial | charge | retrain) and the training job's name in metrics
-    ("service/jobs/training.py", "initial"): 2,
+    # the training job's name in metrics
     ("service/metrics.py", "initial"): 1,
     # the name of a node graph's array of deleted nodes
     ("service/graphs/storage.py", "deleted"): 1,

@@ -48,7 +48,8 @@ from unlearning.errors import (
     InvalidDatasetError,
     UnsupportedRequestError,
 )
-from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.hyperparameters import HyperParameter, check_declared
+from unlearning.methods.job_estimate import FLOAT64, DataShape, JobEstimate, estimate
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetRequest,
@@ -69,15 +70,31 @@ from unlearning.newton import (
     columns_for,
     gradient_difference,
     newton_hyperparameters,
+    newton_progress,
     number_spec,
     predict_labels,
     signed_targets,
     start_epoch,
     text_spec,
 )
+from unlearning.newton.estimate import newton_terms
 from unlearning.privacy.certificate import Certificate
 
 _METHOD_KEYS = ("J", "L", "Q", "nonlinear", "signal", "max_degree")
+# Bounds on the scattering settings (digest 000 uses J 3 to 5, L 2 or 3, Q 2 to 4, one-hot degrees up to COLLAB's
+# 491). The embedding has (sum_{l<L} J^l) * channels * Q entries per graph and every layer applies the walk
+# 2^(J-1) times, so these keep one value from sizing a design no training can hold.
+MAX_SCALES = 8  # J: 2^7 = 128 walk applications per layer
+MAX_LAYERS = 5  # L: 4,681 tree nodes at J = 8
+MAX_MOMENTS = 8  # Q
+MAX_DEGREE = 4_096  # one-hot degree channels; the authors' code switches to a scalar degree above 1,000
+# What a job estimate assumes when the data's shape does not say: the one-hot degree width of a null
+# max_degree (COLLAB's largest degree is 491, IMDB-BINARY's 135) and the mean nodes per graph (IMDB-BINARY: 20,
+# PROTEINS: 39, COLLAB: 74); and the fixed cost of one graph's embedding and of one numpy call in it.
+ASSUMED_DEGREE_CHANNELS = 256
+ASSUMED_NODES_PER_GRAPH = 64.0
+GRAPH_SECONDS = 3e-4
+CALL_SECONDS = 2e-5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,14 +173,16 @@ class GraphClassificationNewton(NewtonMethodBase[GraphAccounting]):
     def hyperparameters(self) -> tuple[HyperParameter, ...]:
         return (
             *newton_hyperparameters(),
-            HyperParameter("J", "integer", "Wavelet scales of the graph scattering transform", minimum=1),
-            HyperParameter("L", "integer", "Layers of the scattering tree (root = layer 0)", minimum=1),
-            HyperParameter("Q", "integer", "Moments taken of each scattering channel", minimum=1),
+            HyperParameter("J", "integer", "Wavelet scales of the graph scattering transform", minimum=1,
+                           maximum=MAX_SCALES),
+            HyperParameter("L", "integer", "Layers of the scattering tree (root = layer 0)", minimum=1,
+                           maximum=MAX_LAYERS),
+            HyperParameter("Q", "integer", "Moments taken of each scattering channel", minimum=1, maximum=MAX_MOMENTS),
             HyperParameter("nonlinear", "boolean", "Absolute-value nonlinearity between scattering layers"),
             HyperParameter("signal", "string", "The graph signal scattered: degree, tag, features, or auto (the "
                            "collection's features, else tags, else degrees)", choices=_SIGNALS),
             HyperParameter("max_degree", "integer", "Largest degree of the one-hot degree signal", minimum=0,
-                           nullable=True, null_means="derived from the data: the training graphs' largest degree"),
+                           maximum=MAX_DEGREE, nullable=True, null_means="derived from the data: the training graphs' largest degree"),
         )
 
     def check_config(self, config: Mapping[str, Any]) -> None:
@@ -173,9 +192,31 @@ class GraphClassificationNewton(NewtonMethodBase[GraphAccounting]):
             raise InvalidConfigError(f"nonlinear must be true or false, got {merged['nonlinear']!r}")
         if merged["signal"] not in _SIGNALS:
             raise InvalidConfigError(f"signal must be one of {_SIGNALS}, got {merged['signal']!r}")
-        max_degree = merged["max_degree"]
-        if max_degree is not None and (isinstance(max_degree, bool) or not isinstance(max_degree, int) or max_degree < 0):
-            raise InvalidConfigError(f"max_degree must be null (the data's largest degree) or an integer >= 0, got {max_degree!r}")
+        check_declared(self.hyperparameters(), merged)
+
+    def estimate_job(self, config: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+        """The scattering embeddings of every graph (walks of the assumed or given graph size), then Newton-CG on the (graphs,
+        T x channels x Q) design (:mod:`unlearning.newton.estimate`)."""
+        merged = {**self.default_config(), **dict(config)}
+        gst = ScatteringConfig(int(merged["J"]), int(merged["L"]), int(merged["Q"]), bool(merged["nonlinear"]))
+        degree = merged["signal"] == "degree" or (merged["signal"] == "auto" and shape.features <= 1)
+        if degree:
+            channels = ASSUMED_DEGREE_CHANNELS if merged["max_degree"] is None else int(merged["max_degree"]) + 1
+        else:
+            channels = max(shape.features, 1)
+        dim = scattering_dim(gst, channels)
+        memory, flops, fixed = newton_terms(shape.rows, dim, shape.classes, merged)
+        memory["the embeddings (stacked: 2 float64 copies)"] = 2.0 * shape.rows * dim * FLOAT64
+        nodes = ASSUMED_NODES_PER_GRAPH if not shape.nodes else max(shape.nodes / max(shape.rows, 1), 1.0)
+        active = min(channels, nodes) if degree or merged["signal"] == "tag" else channels  # one-hot: <= nodes used
+        walks = 2 ** (gst.J - 1) * sum(gst.J**layer for layer in range(gst.L - 1))
+        per_graph = 2.0 * walks * min(nodes, 256.0) * nodes * active + 3.0 * nodes * gst.tree_nodes * active * gst.Q
+        flops["scattering embeddings (graphs x walks x nodes^2 x channels)"] = shape.rows * per_graph
+        memory["one graph's scattering tensor"] = 2.0 * nodes * gst.tree_nodes * active * gst.Q * FLOAT64
+        fixed["scattering embeddings' small steps"] = shape.rows * (
+            GRAPH_SECONDS + (gst.L - 1) * (2 ** (gst.J - 1) + 2 * gst.Q) * CALL_SECONDS
+        )
+        return estimate(memory, flops, fixed)
 
     # ----------------------------------------------------------------------------------------- fit
     def fit(
@@ -188,8 +229,10 @@ class GraphClassificationNewton(NewtonMethodBase[GraphAccounting]):
         policy: BudgetPolicy | None = None,
     ) -> tuple[MethodState, Certificate]:
         collection = _collection(dataset, "trains on")
+        self.check_config(config)
         merged, cfg = self._configs(config)
-        state = self._open_epoch(collection, merged, cfg, privacy, seed, noise_seed=seed, epoch=0, retrains=0)
+        state = self._open_epoch(collection, merged, cfg, privacy, seed, noise_seed=seed, epoch=0, retrains=0,
+                                 progress=progress)
         if progress:
             progress("done", 1.0)
         return state, self._opening_certificate(state, privacy)
@@ -210,6 +253,7 @@ class GraphClassificationNewton(NewtonMethodBase[GraphAccounting]):
         self, collection: GraphCollection, merged: Mapping[str, Any], cfg: NewtonConfig, privacy: PrivacyTarget,
         seed: int, *, noise_seed: int, epoch: int, retrains: int, init: torch.Tensor | None = None,
         feature_map: dict[str, Any] | None = None, embeddings: np.ndarray | None = None,
+        progress: ProgressCallback | None = None,
     ) -> MethodState:
         started = time.perf_counter()
         fmap = feature_map or self._feature_map(collection, merged)
@@ -224,7 +268,8 @@ class GraphClassificationNewton(NewtonMethodBase[GraphAccounting]):
         weight = torch.ones(len(collection), dtype=torch.float64, device=device)
         objective = Objective(DenseDesign(design), targets, weight, cfg.lam)
         noise_std = cfg.alpha if privacy.release_mode == "certified" else 0.0
-        start = start_epoch(objective, cfg, noise_std, noise_seed, init=init)
+        start = start_epoch(objective, cfg, noise_std, noise_seed, init=init,
+                            on_step=newton_progress(progress, cfg.max_newton))
         spec = NewtonModelSpec("logistic_regression_ovr", fmap, objective.design.dim,
                                columns_for(collection.num_classes), collection.num_classes)
         accounting = GraphAccounting.opening(

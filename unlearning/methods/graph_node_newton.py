@@ -49,6 +49,7 @@ from unlearning.errors import (
     UnsupportedRequestError,
 )
 from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.job_estimate import FLOAT64, INDEX, DataShape, JobEstimate, estimate
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetRequest,
@@ -78,12 +79,17 @@ from unlearning.newton import (
     columns_for,
     gradient_difference,
     newton_hyperparameters,
+    newton_progress,
     number_spec,
     predict_labels,
     signed_targets,
     start_epoch,
 )
+from unlearning.newton.estimate import newton_terms
 from unlearning.privacy.certificate import Certificate
+
+ASSUMED_DEGREE = 32
+"""Mean degree a job estimate assumes when the data's shape gives no edge count (Cora: 3.9, ogbn-arxiv: 13.7)."""
 
 _METHOD_KEYS = ("propagation", "hops", "normalization")
 
@@ -162,6 +168,22 @@ class GraphNodeNewton(NewtonMethodBase[NodeAccounting]):
     def check_config(self, config: Mapping[str, Any]) -> None:
         self._node_configs(config)
 
+    def estimate_job(self, config: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+        """K sparse products over the graph for the features (``shape.edges``, else ``ASSUMED_DEGREE`` per
+        node), float64 copies of the (nodes, features) rows while they are scaled and propagated (every
+        power kept for GPR), then Newton-CG on every node's row (:mod:`unlearning.newton.estimate`)."""
+        merged = {**self.default_config(), **dict(config)}
+        hops, gpr = int(merged["hops"]), merged["propagation"] == "gpr"
+        n, f = shape.rows, shape.features
+        dim = f * (hops + 1) if gpr else f
+        nonzeros = n + 2 * (shape.edges if shape.edges is not None else ASSUMED_DEGREE * n // 2)
+        memory, flops, fixed = newton_terms(n, dim, shape.classes, merged)
+        copies = 4 + (2 * (hops + 1) if gpr else 2)
+        memory["scaled and propagated features (float64 copies)"] = copies * n * f * FLOAT64 + n * dim * FLOAT64
+        memory["propagation matrix"] = 3.0 * nonzeros * (FLOAT64 + INDEX)
+        flops["propagation (hops x edges x features)"] = 2.0 * hops * nonzeros * f
+        return estimate(memory, flops, fixed)
+
     def _node_configs(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], NewtonConfig, PropagationSpec]:
         merged, cfg = self._configs(config)
         prop = PropagationSpec(str(merged["propagation"]), merged["hops"])  # type: ignore[arg-type]
@@ -183,7 +205,8 @@ class GraphNodeNewton(NewtonMethodBase[NodeAccounting]):
     ) -> tuple[MethodState, Certificate]:
         graph = _graph(dataset, "trains on")
         merged, cfg, prop = self._node_configs(config)
-        state = self._open_epoch(graph, merged, cfg, prop, privacy, seed, noise_seed=seed, epoch=0, retrains=0)
+        state = self._open_epoch(graph, merged, cfg, prop, privacy, seed, noise_seed=seed, epoch=0, retrains=0,
+                                 progress=progress)
         if progress:
             progress("done", 1.0)
         return state, self._opening_certificate(state, privacy)
@@ -191,7 +214,7 @@ class GraphNodeNewton(NewtonMethodBase[NodeAccounting]):
     def _open_epoch(
         self, graph: NodeGraph, merged: Mapping[str, Any], cfg: NewtonConfig, prop: PropagationSpec,
         privacy: PrivacyTarget, seed: int, *, noise_seed: int, epoch: int, retrains: int,
-        init: torch.Tensor | None = None,
+        init: torch.Tensor | None = None, progress: ProgressCallback | None = None,
     ) -> MethodState:
         started = time.perf_counter()
         rows = np.flatnonzero(graph.training_mask())
@@ -206,7 +229,8 @@ class GraphNodeNewton(NewtonMethodBase[NodeAccounting]):
         objective = Objective(DenseDesign(design), targets, weight, cfg.lam)
         propagation_seconds = time.perf_counter() - started
         noise_std = cfg.alpha if privacy.release_mode == "certified" else 0.0
-        start = start_epoch(objective, cfg, noise_std, noise_seed, init=init)
+        start = start_epoch(objective, cfg, noise_std, noise_seed, init=init,
+                            on_step=newton_progress(progress, cfg.max_newton))
         feature_map: dict[str, Any] = {"kind": "node_propagation", "propagation": prop.kind, "hops": prop.hops,
                                        "normalization": scaler.kind, "scaler_divisor": scaler.divisor,
                                        "num_nodes": graph.num_nodes, "num_features": graph.num_features}

@@ -35,6 +35,7 @@ from unlearning.errors import (
     InvalidDatasetError,
 )
 from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.job_estimate import FLOAT64, DataShape, JobEstimate, estimate
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetRequest,
@@ -55,17 +56,25 @@ from unlearning.newton import (
     columns_for,
     gradient_difference,
     newton_hyperparameters,
+    newton_progress,
     one_source,
     predict_labels,
     released_weight_matrix,
     signed_targets,
     start_epoch,
 )
+from unlearning.newton.config import MIN_LAM
+from unlearning.newton.estimate import newton_terms
 from unlearning.privacy.certificate import Certificate
 
 NORMALIZATIONS = ("scaled_clip", "clip", "row_l2", "standardize", "none")
+MAX_INTERCEPT = 1e3  # the bias column's value: rows are scaled into the unit ball, the default is 1
 AUDITED_C = 10.0  # the derived lam is scikit-learn's C = 10 (audited) or C = 1 (certified) on standardised rows
 CERTIFIED_C = 1.0
+
+
+INTERCEPT = HyperParameter("intercept", "number", "Value of a constant column appended as a bias (0: none)", minimum=0,
+                           maximum=MAX_INTERCEPT)
 
 
 def derived_lam(n: int, num_features: int, release_mode: str) -> float:
@@ -76,10 +85,10 @@ def derived_lam(n: int, num_features: int, release_mode: str) -> float:
     a standardised row has E||x||^2 = D), so this lam is scikit-learn's ``C`` on the standardised rows.
     One-vs-rest needs the weaker regulariser where no budget is at stake (C = 1 costs 13 points on iris'
     middle class); a certified release keeps C = 1, whose Newton steps charge less of the residual budget
-    per deletion.
+    per deletion. At least ``MIN_LAM``, which only a table of more than 1e11 cells would go below.
     """
     c = CERTIFIED_C if release_mode == "certified" else AUDITED_C
-    return 1.0 / (c * max(int(n), 1) * max(int(num_features), 1))
+    return max(MIN_LAM, 1.0 / (c * max(int(n), 1) * max(int(num_features), 1)))
 
 
 @dataclass(frozen=True)
@@ -106,10 +115,7 @@ class TabularFeatureMap:
     def check(normalization: object, intercept: object) -> None:
         if normalization not in NORMALIZATIONS:
             raise InvalidConfigError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-        if isinstance(intercept, bool) or not isinstance(intercept, int | float) or not (
-            intercept >= 0 and np.isfinite(intercept)
-        ):
-            raise InvalidConfigError(f"intercept must be a finite number >= 0, got {intercept!r}")
+        INTERCEPT.check(intercept)
 
     @classmethod
     def fit(cls, features: np.ndarray, normalization: str, intercept: float) -> TabularFeatureMap:
@@ -185,8 +191,7 @@ class NewtonTabular(NewtonMethodBase[NewtonAccounting]):
             HyperParameter("normalization", "string", "Row transform before the model: clip (x / max(1, ||x||)), "
                            "row_l2, standardize (statistics fitted at each budget epoch's start) or none",
                            choices=NORMALIZATIONS),
-            HyperParameter("intercept", "number", "Value of a constant column appended as a bias (0: none)",
-                           minimum=0),
+            INTERCEPT,
         )
 
     def default_config(self) -> dict[str, Any]:
@@ -198,6 +203,16 @@ class NewtonTabular(NewtonMethodBase[NewtonAccounting]):
     def check_config(self, config: Mapping[str, Any]) -> None:
         merged, _ = self._configs(self._with_lam(config, 1.0))  # a None lam is derived at fit
         TabularFeatureMap.check(merged["normalization"], merged["intercept"])
+
+    def estimate_job(self, config: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+        """Newton-CG on the transformed rows (:func:`unlearning.newton.estimate.newton_terms`; a null lam
+        as an audited release derives it, the smaller), the row transform making three float64 copies of
+        the design."""
+        merged = self._with_lam(config, derived_lam(shape.rows, shape.features, "audited"))  # the smaller lam
+        dim = shape.features + (1 if merged["intercept"] else 0)
+        memory, flops, fixed = newton_terms(shape.rows, dim, shape.classes, merged)
+        memory["the design and its row transform (3 float64 copies)"] = 3.0 * shape.rows * dim * FLOAT64
+        return estimate(memory, flops, fixed)
 
     def _with_lam(self, config: Mapping[str, Any], lam: float) -> dict[str, Any]:
         """``config`` over the defaults, ``lam`` standing in where its value is None."""
@@ -221,7 +236,8 @@ class NewtonTabular(NewtonMethodBase[NewtonAccounting]):
             self._with_lam(config, derived_lam(len(data), data.num_features, privacy.release_mode))
         )
         fmap = TabularFeatureMap.fit(data.features, str(merged["normalization"]), float(merged["intercept"]))
-        state = self._open_epoch(data, fmap, merged, cfg, privacy, seed, noise_seed=seed, epoch=0, retrains=0)
+        state = self._open_epoch(data, fmap, merged, cfg, privacy, seed, noise_seed=seed, epoch=0, retrains=0,
+                                 progress=progress)
         if progress:
             progress("done", 1.0)
         return state, self._opening_certificate(state, privacy)
@@ -236,11 +252,12 @@ class NewtonTabular(NewtonMethodBase[NewtonAccounting]):
     def _open_epoch(
         self, data: Dataset, fmap: TabularFeatureMap, merged: Mapping[str, Any], cfg: NewtonConfig,
         privacy: PrivacyTarget, seed: int, *, noise_seed: int, epoch: int, retrains: int,
-        init: torch.Tensor | None = None,
+        init: torch.Tensor | None = None, progress: ProgressCallback | None = None,
     ) -> MethodState:
         objective = self._objective(data, fmap, cfg)
         noise_std = cfg.alpha if privacy.release_mode == "certified" else 0.0
-        start: EpochStart = start_epoch(objective, cfg, noise_std, noise_seed, init=init)
+        start: EpochStart = start_epoch(objective, cfg, noise_std, noise_seed, init=init,
+                            on_step=newton_progress(progress, cfg.max_newton))
         spec = NewtonModelSpec("logistic_regression_ovr", fmap.describe(), objective.design.dim,
                                columns_for(data.num_classes), data.num_classes)
         accounting = NewtonAccounting.opening(

@@ -16,6 +16,7 @@ import torch
 from unlearning.data import Dataset
 from unlearning.errors import EmptyRequestError, InvalidConfigError, UnsupportedRequestError
 from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.job_estimate import DataShape, JobEstimate
 from unlearning.privacy.certificate import Certificate, ReleaseMode
 
 ProgressCallback = Callable[[str, float], None]
@@ -215,6 +216,14 @@ class UnlearningMethod(Protocol):
 
     def restore_model(self, data: Mapping[str, Any]) -> Any:
         """``MethodState.model`` rebuilt from its ``to_dict()`` (what the service stores per version)."""
+        ...
+
+    def estimate_job(self, config: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+        """The training job's peak working memory beyond the process baseline and its single-core time,
+        pessimistic, for ``config`` overriding :meth:`default_config` and ``shape`` the training data
+        (the dominant terms of ``fit``'s algorithm: model, per-sample statistics, data copies, the loops'
+        flops; a null that ``fit`` derives is estimated by the same derivation or an upper bound of it).
+        Never raises for a configuration :meth:`check_config` accepts."""
         ...
 
     def fit(

@@ -19,7 +19,9 @@ def register(method: UnlearningMethod) -> UnlearningMethod:
     return method
 
 
-_SUPPORT_MODULES = frozenset({"hyperparameters", "table_model", "protocol", "registry", "statistics"})
+_SUPPORT_MODULES = frozenset(
+    {"hyperparameters", "job_estimate", "table_model", "protocol", "registry", "statistics"}
+)
 _discovered = False
 _discovering = threading.Lock()
 

@@ -17,6 +17,7 @@ its report is kept in the accounting (``quality``) and in every certificate's ``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -27,6 +28,7 @@ import torch
 from unlearning.data import Dataset
 from unlearning.errors import DimensionMismatchError, InvalidConfigError, InvalidDatasetError
 from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.job_estimate import FLOAT64, DataShape, JobEstimate, data_bytes, estimate, in_sequence
 from unlearning.methods.protocol import (
     TABLE,
     BudgetPolicy,
@@ -46,6 +48,10 @@ from unlearning.models.flat import shared_model
 from unlearning.newton import one_source
 from unlearning.privacy.certificate import Certificate
 from unlearning.tables.quality import (
+    HOLDOUT_FRACTION,
+    MAX_HOLDOUT_ROWS,
+    MAX_PROBE_TRAIN_ROWS,
+    MIN_ROWS,
     QualityReport,
     baseline_accuracy,
     holdout_split,
@@ -139,6 +145,14 @@ class TableModel:
     def restore_model(self, data: Mapping[str, Any]) -> Any:
         return self.inner.restore_model(data)
 
+    def estimate_job(self, config: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+        """The wrapped method's estimate on every row after the quality probe's (:func:`probe_estimate`),
+        with the scaled copies of the rows (float64: the raw rows, the scaled ones and the probe's split)
+        held throughout."""
+        _, inner = _split(config)
+        both = in_sequence(probe_estimate(self.inner, inner, shape), self.inner.estimate_job(inner, shape))
+        return replace(both, memory_bytes=both.memory_bytes + 3 * data_bytes(shape))
+
     # -------------------------------------------------------------------------------------- fit
     def fit(
         self,
@@ -153,27 +167,29 @@ class TableModel:
         plan = plan_scaling(own, privacy.release_mode)
         if not isinstance(dataset, Dataset):  # not a table: the wrapped method says what it takes
             return self.inner.fit(dataset, inner_config, privacy, seed, progress, policy=policy)
-        report = self._probe(dataset, plan, inner_config, privacy, seed, policy)
+        report = self._probe(dataset, plan, inner_config, privacy, seed, policy, _part(progress, 0.0, _PROBE_SHARE))
         transform = FeatureTransform.for_rows(plan, dataset.features)
         state, certificate = self.inner.fit(
-            _transformed(dataset, transform), inner_config, privacy, seed, progress, policy=policy
+            _transformed(dataset, transform), inner_config, privacy, seed,
+            _part(progress, _PROBE_SHARE, 1.0 - _PROBE_SHARE), policy=policy,
         )
         return _decorated(state, transform, report), _certified(certificate, transform, report)
 
     def _probe(
         self, dataset: Dataset, plan: ScalingPlan, config: Mapping[str, Any], privacy: PrivacyTarget,
-        seed: int, policy: BudgetPolicy | None,
+        seed: int, policy: BudgetPolicy | None, progress: ProgressCallback | None = None,
     ) -> QualityReport:
         """Fit the method on the probe's rows and score it on the holdout (module docstring of
         :mod:`unlearning.tables.quality`). A configuration the probe's smaller data cannot take is
-        reported, not raised: the real fit decides."""
+        reported, not raised: the real fit decides. ``progress`` hears the probe's fit (whose callback may
+        raise to stop the job, e.g. when the model was deleted)."""
         split = holdout_split(dataset, seed)
         if split is None:
             return not_measured(f"too few rows ({len(dataset)}) for a held-out measurement")
         train, test = dataset.take(split[0]), dataset.take(split[1])
         transform = FeatureTransform.for_rows(plan, train.features)
         try:
-            state, _ = self.inner.fit(_transformed(train, transform), config, privacy, seed, None, policy=policy)
+            state, _ = self.inner.fit(_transformed(train, transform), config, privacy, seed, progress, policy=policy)
             predicted = self.predict(_decorated(state, transform, None), None, instances=test.features)
         except (InvalidConfigError, InvalidDatasetError) as exc:
             return not_measured(f"the probe on {len(train)} rows could not train: {exc}")
@@ -263,6 +279,28 @@ class TableModel:
         return probabilities.cpu().numpy()
 
 
+BASELINE_ITERATIONS = 300  # the baseline's max_iter (unlearning.tables.quality.baseline_accuracy)
+BASELINE_IMPORT_SECONDS = 2.0  # importing scikit-learn for the baseline (1.6 s of CPU in a fresh process)
+
+
+def probe_estimate(inner: UnlearningMethod, config: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+    """The quality probe of :meth:`TableModel.fit` on data of ``shape``: the method fitted on the probe's
+    training rows (:func:`unlearning.tables.quality.holdout_split`), then the baseline on the same rows, at
+    most ``BASELINE_ITERATIONS`` L-BFGS iterations of a few passes of (features + 1) x classes flops per row."""
+    if shape.rows < MIN_ROWS:
+        return JobEstimate(0, 0.0, "no quality probe")
+    holdout = min(max(math.ceil(HOLDOUT_FRACTION * shape.rows), 10), MAX_HOLDOUT_ROWS)
+    rows = min(shape.rows - holdout, MAX_PROBE_TRAIN_ROWS)
+    columns = 1 if shape.classes == 2 else shape.classes
+    weights = (shape.features + 1) * columns
+    baseline = estimate(
+        {"the baseline's probabilities and L-BFGS history": 6.0 * rows * columns * FLOAT64 + 25.0 * weights * FLOAT64},
+        {"the quality probe's baseline logistic regression": BASELINE_ITERATIONS * 8.0 * rows * weights},
+        {"importing scikit-learn": BASELINE_IMPORT_SECONDS},
+    )
+    return in_sequence(inner.estimate_job(config, replace(shape, rows=rows)), baseline)
+
+
 def transform_of(state: MethodState) -> FeatureTransform:
     """The feature scaling a state was trained with (identity for a state recorded without one)."""
     return FeatureTransform.restore(state.accounting.get("feature_transform"), state.artifacts)
@@ -271,6 +309,22 @@ def transform_of(state: MethodState) -> FeatureTransform:
 def _split(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     own = {k: v for k, v in config.items() if k in OWN_DEFAULTS}
     return own, {k: v for k, v in config.items() if k not in OWN_DEFAULTS}
+
+
+_PROBE_SHARE = 0.45
+"""The part of a table fit's progress that is the quality probe's (it fits on four fifths of the rows)."""
+
+
+def _part(progress: ProgressCallback | None, start: float, span: float) -> ProgressCallback | None:
+    """``progress`` for one part of a fit: its fractions mapped to ``[start, start + span]``, its phase
+    kept, and the part's end not reported as the whole fit's end."""
+    if progress is None:
+        return None
+
+    def report(phase: str, fraction: float) -> None:
+        progress(phase, min(start + span * float(fraction), 0.999 if start + span < 1.0 else 1.0))
+
+    return report
 
 
 def _transformed(dataset: Dataset, transform: FeatureTransform) -> Dataset:

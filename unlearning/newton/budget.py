@@ -28,7 +28,7 @@ from typing import Any, Literal, Self
 import torch
 
 from unlearning.errors import InvalidConfigError, UnlearningError
-from unlearning.methods.protocol import PrivacyTarget
+from unlearning.methods.protocol import PrivacyTarget, ProgressCallback
 from unlearning.newton.config import NewtonConfig
 from unlearning.newton.objective import Objective, draw_noise, operator_norm_upper
 from unlearning.newton.solvers import TrainResult, train_perturbed
@@ -77,8 +77,17 @@ class EpochStart:
     noise_std: float
 
 
+def newton_progress(progress: ProgressCallback | None, max_newton: int) -> Callable[[int], None] | None:
+    """``on_step`` for :func:`train_perturbed` reporting Newton step ``it`` of at most ``max_newton`` as
+    phase ``training`` to a fit's ``progress`` (which may raise to stop the job)."""
+    if progress is None:
+        return None
+    return lambda it: progress("training", min((it - 1) / max_newton, 0.999))
+
+
 def start_epoch(
-    objective: Objective, cfg: NewtonConfig, noise_std: float, noise_seed: int, init: torch.Tensor | None = None
+    objective: Objective, cfg: NewtonConfig, noise_std: float, noise_seed: int, init: torch.Tensor | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> EpochStart:
     """Train on ``objective`` with fresh noise ``B ~ N(0, noise_std^2)`` from ``noise_seed``; bound ||Z||_op.
 
@@ -88,7 +97,7 @@ def start_epoch(
     noise = draw_noise(objective.design.dim, objective.columns, noise_std, noise_seed,
                        device=objective.targets.device)
     result = train_perturbed(objective, noise, tol=cfg.opt_tol, max_iter=cfg.max_newton, init=init,
-                             solver=cfg.solver)
+                             solver=cfg.solver, on_step=on_step)
     op = None
     if cfg.op_norm == "exact":
         op = operator_norm_upper(objective.design.materialize()[objective.weight > 0])

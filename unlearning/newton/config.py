@@ -2,23 +2,63 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from unlearning.errors import InvalidConfigError
-from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.hyperparameters import HyperParameter, check_declared
 from unlearning.newton.solvers import SOLVERS, Solver
 from unlearning.newton.step import BOUND_VARIANTS, BoundVariant
-from unlearning.validation import integer_at_least, positive_number
 
-__all__ = ["FAMILIES", "OP_NORMS", "NewtonConfig", "newton_hyperparameters"]
+__all__ = [
+    "FAMILIES",
+    "MAX_ALPHA",
+    "MAX_CG_RTOL",
+    "MAX_LAM",
+    "MAX_NEWTON",
+    "MAX_OPT_TOL",
+    "MIN_LAM",
+    "MIN_TOLERANCE",
+    "OP_NORMS",
+    "NewtonConfig",
+    "newton_hyperparameters",
+]
+
+# Bounds on the shared Newton settings, checked at registration (``check_config``) and again when a
+# configuration is built for training. Generous: the papers (digests 000, 001) and the defaults use lam 1e-4
+# to 1e-2, alpha 0.1 to 10, cg_rtol 1e-6, opt_tol 1e-9, and training converges in at most about 20 Newton steps.
+MIN_LAM = 1e-12  # the data-derived lam 1 / (C n D) is above 2e-9 on the largest upload (5e7 cells, C = 10)
+MAX_LAM = 1e4  # per sample: beyond it the penalty alone pins W at 0 (the logistic loss per row is at most ~1)
+MAX_ALPHA = 1e6  # the noise std; the worst-case bound of digest 001 would need alpha in the thousands
+MIN_TOLERANCE = 1e-15  # cg_rtol and opt_tol: float64 rounding (2.2e-16) makes a smaller target unreachable
+MAX_CG_RTOL = 0.5  # a relative tolerance of 1 or more stops CG before its first step
+MAX_OPT_TOL = 1.0  # a looser gradient-norm target leaves a residual larger than any deletion budget
+MAX_NEWTON = 500  # Newton-CG converges superlinearly: every measured training took at most 20 steps
 
 _NEWTON_KEYS = ("lam", "alpha", "bound", "solver", "cg_rtol", "opt_tol", "max_newton", "op_norm")
 OP_NORMS: tuple[str, ...] = ("exact", "none")
 FAMILIES: tuple[str, ...] = ("logistic_regression", "logistic_regression_ovr")
 """The ``family`` values a Newton method takes: both name its one-vs-rest logistic regression."""
+
+
+_NUMERIC: dict[str, HyperParameter] = {
+    p.name: p
+    for p in (
+        HyperParameter("lam", "number", "L2 regularisation strength (per sample, sum form)", minimum=MIN_LAM,
+                       maximum=MAX_LAM),
+        HyperParameter("alpha", "number", "Std of the objective perturbation (the certified noise); the residual "
+                       "budget per epoch is alpha * epsilon / sqrt(2 ln(1.5/delta))", minimum=0,
+                       exclusive_minimum=True, maximum=MAX_ALPHA),
+        HyperParameter("cg_rtol", "number", "Relative tolerance of conjugate gradients (the true residual is "
+                       "charged anyway)", minimum=MIN_TOLERANCE, maximum=MAX_CG_RTOL),
+        HyperParameter("opt_tol", "number", "Gradient-norm target of training", minimum=MIN_TOLERANCE,
+                       maximum=MAX_OPT_TOL),
+        HyperParameter("max_newton", "integer", "Most Newton iterations of one training", minimum=1,
+                       maximum=MAX_NEWTON),
+    )
+}
+"""The numeric keys of :class:`NewtonConfig` with their bounds, as its ``__post_init__`` checks them."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +82,7 @@ class NewtonConfig:
     op_norm: Literal["exact", "none"] = "exact"
 
     def __post_init__(self) -> None:
-        for name in ("lam", "cg_rtol", "opt_tol"):
-            positive_number(name, getattr(self, name))
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not (
-            self.alpha >= 0 and math.isfinite(self.alpha)
-        ):
-            raise InvalidConfigError(f"alpha (objective-perturbation std) must be finite and >= 0, got {self.alpha!r}")
+        check_declared(_NUMERIC.values(), {k: getattr(self, k) for k in _NUMERIC})
         if self.bound not in BOUND_VARIANTS:
             raise InvalidConfigError(f"bound must be 'tight' or 'paper', got {self.bound!r}")
         if self.solver not in SOLVERS:
@@ -56,7 +91,6 @@ class NewtonConfig:
             raise InvalidConfigError(f"op_norm must be 'exact' or 'none', got {self.op_norm!r}")
         if self.bound == "paper" and self.op_norm == "none":
             raise InvalidConfigError("the paper bound needs ||Z||_op: use op_norm='exact' with bound='paper'")
-        integer_at_least("max_newton", self.max_newton, 1)
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> NewtonConfig:
@@ -74,18 +108,15 @@ def newton_hyperparameters(lam_derived: str = "") -> tuple[HyperParameter, ...]:
     """The declarations of :class:`NewtonConfig`'s keys, as its ``__post_init__`` checks them;
     ``lam_derived``: what a null ``lam`` means, for a method that derives it from the data."""
     return (
-        HyperParameter("lam", "number", "L2 regularisation strength (per sample, sum form)",
-                       minimum=0, exclusive_minimum=True, nullable=bool(lam_derived), null_means=lam_derived),
-        HyperParameter("alpha", "number", "Std of the objective perturbation (the certified noise); the residual "
-                       "budget per epoch is alpha * epsilon / sqrt(2 ln(1.5/delta))", minimum=0),
+        replace(_NUMERIC["lam"], nullable=bool(lam_derived), null_means=lam_derived),
+        _NUMERIC["alpha"],
         HyperParameter("bound", "string", "Residual bound charged per deletion: tight (data-dependent) or the "
                        "paper's (needs op_norm exact)", choices=BOUND_VARIANTS),
         HyperParameter("solver", "string", "Linear solver of the Newton step (auto: conjugate gradients with "
                        "Hessian-vector products, or a factorisation where cheaper)", choices=SOLVERS),
-        HyperParameter("cg_rtol", "number", "Relative tolerance of conjugate gradients (the true residual is "
-                       "charged anyway)", minimum=0, exclusive_minimum=True),
-        HyperParameter("opt_tol", "number", "Gradient-norm target of training", minimum=0, exclusive_minimum=True),
-        HyperParameter("max_newton", "integer", "Most Newton iterations of one training", minimum=1),
+        _NUMERIC["cg_rtol"],
+        _NUMERIC["opt_tol"],
+        _NUMERIC["max_newton"],
         HyperParameter("op_norm", "string", "exact: bound ||Z||_op at each budget epoch's start; none: skip it "
                        "(only the row-norm form of the tight bound is used)", choices=OP_NORMS),
     )

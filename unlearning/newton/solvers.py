@@ -238,8 +238,10 @@ def train_perturbed(
     max_iter: int = 100,
     init: torch.Tensor | None = None,
     solver: Solver = "cg",
+    on_step: Callable[[int], None] | None = None,
 ) -> TrainResult:
     """Minimise ``L(W) + <noise, W>`` by Newton-CG with Armijo backtracking, to ``||grad|| <= tol``.
+    ``on_step(it)`` is called before each Newton step (it may raise to stop the training).
 
     Inexact Newton: the CG forcing term ``min(0.1, sqrt(||g|| / ||g_0||))`` gives superlinear
     convergence without over-solving far from the optimum. Near the optimum the loss value is
@@ -257,6 +259,8 @@ def train_perturbed(
     cache = LiveGram.of(objective) if pick_solver(solver, objective) == "woodbury" else None
     products, it = 0, 0
     for it in range(1, max_iter + 1):
+        if on_step is not None:
+            on_step(it)
         gn = float(torch.linalg.vector_norm(g))
         if gn <= tol:
             it -= 1

@@ -17,6 +17,7 @@ from unlearning.device import default_device
 from unlearning.errors import AlreadyDeletedError, DimensionMismatchError, InvalidConfigError
 from unlearning.methods.hessian_free import certified, eq56
 from unlearning.methods.hessian_free.accounting import GradientResidualAccount, HFAccounting
+from unlearning.methods.hessian_free.estimate import hessian_free_estimate
 from unlearning.methods.hessian_free.objective import SoftmaxObjective
 from unlearning.methods.hessian_free.sgd import (
     MAX_RHO_ITERATIONS,
@@ -28,6 +29,7 @@ from unlearning.methods.hessian_free.sgd import (
     sgd_hyperparameters,
 )
 from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.job_estimate import DataShape, JobEstimate
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetOutcome,
@@ -192,6 +194,10 @@ class HessianFree:
 
     def restore_model(self, data: Mapping[str, Any]) -> ModelSpec:
         return ModelSpec.from_dict(dict(data))
+
+    def estimate_job(self, config: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+        """Stage I + II's per-sample vectors and their propagation (:mod:`.estimate`)."""
+        return hessian_free_estimate({**self.default_config(), **dict(config)}, shape)
 
     # ----------------------------------------------------------------------------------------- fit
     def fit(

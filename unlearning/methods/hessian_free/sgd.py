@@ -11,10 +11,11 @@ from typing import Any
 from unlearning.data import Dataset
 from unlearning.errors import InvalidConfigError
 from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.job_estimate import DataShape, ModelSize, model_size
 from unlearning.models import ModelSpec
 from unlearning.models.families import family_names
 from unlearning.models.nets import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, hidden_widths
-from unlearning.sgd_defaults import DERIVED_KEYS, SGDRule
+from unlearning.sgd_defaults import DERIVED_KEYS, SGDRule, derived_batch_size, derived_epochs
 from unlearning.steps import CLIP_MODES, SGDConfig
 
 _SGD_KEYS = ("epochs", "batch_size", "lr", "lr_decay", "l2", "clip_norm", "clip_mode")
@@ -79,6 +80,22 @@ def check_sgd_config(merged: Mapping[str, Any]) -> None:
         raise InvalidConfigError(f"unknown model family {family!r}; choose one of {list(family_names())}")
     if family == "mlp":
         hidden_widths(merged.get("hidden", [64]))
+
+
+def sgd_run(merged: Mapping[str, Any], rows: int, rule: SGDRule) -> tuple[int, int, int]:
+    """(batch size, epochs, steps) the recorded SGD of ``merged`` takes on ``rows`` rows: the configured
+    values, or those :mod:`unlearning.sgd_defaults` derives with ``rule`` (for a job estimate)."""
+    n = max(int(rows), 1)
+    batch = min(int(merged.get("batch_size") or derived_batch_size(n, rule)), n)
+    epochs = int(merged.get("epochs") or derived_epochs(n, batch, rule))
+    return batch, epochs, epochs * math.ceil(n / batch)
+
+
+def model_size_of(merged: Mapping[str, Any], shape: DataShape) -> ModelSize:
+    """The size of the model ``merged`` trains on data of ``shape`` (:func:`model_spec_for`'s architecture)."""
+    family = str(merged.get("family", "logistic_regression"))
+    hidden = list(merged.get("hidden", [64])) if family == "mlp" else []
+    return model_size(family, shape.features, shape.classes, hidden)
 
 
 def sgd_hyperparameters() -> tuple[HyperParameter, ...]:

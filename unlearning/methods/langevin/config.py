@@ -1,6 +1,7 @@
-"""Configuration of the ``langevin`` method: the hyperparameters it declares, its defaults, what it
-checks without the data, and their resolution against the training data into the constants of the
-chain (the problem, the step size eta <= 1/L, the burn-in T and the noise sigma).
+"""Configuration of the ``langevin`` method: the hyperparameters it declares (with their bounds), its
+defaults, what it checks without the data, their resolution against the training data into the constants
+of the chain (the problem, the step size eta <= 1/L, the burn-in T and the noise sigma), and the job
+estimate of a training from the data's shape.
 """
 
 from __future__ import annotations
@@ -14,10 +15,19 @@ import numpy as np
 
 from unlearning.data import Dataset
 from unlearning.errors import InvalidConfigError, InvalidDatasetError
-from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.hyperparameters import HyperParameter, check_declared
+from unlearning.methods.job_estimate import (
+    FLOAT64,
+    STEP_SECONDS,
+    DataShape,
+    JobEstimate,
+    data_bytes,
+    estimate,
+)
 from unlearning.methods.langevin.defaults import (
     MAX_BURN_IN_STEPS,
     NORM_SLACK,
+    burn_in_step_budget,
     derived_feature_bound,
     derived_l2,
     row_norms,
@@ -31,46 +41,68 @@ from unlearning.validation import integer_at_least, positive_number
 
 FAMILY = "logistic_regression"
 
+# Upper bounds (and the least tolerance), checked at registration so that no single value makes a training
+# run for days or overflows: the paper (digest 003) and the benches use b = 32 to 512 or full batch, lam 1e-6 n
+# to 0.011, R = 100, sigma 0.01 to 1.26 and burn-ins of 10 to 3,000 epochs.
+MIN_POSITIVE = 1e-12  # l2, lr, clip_norm, feature_bound, radius, sigma: smaller values make the chain's
+# constants (c = 1 - eta m, Z_B, the burn-in) meaningless in float64 before any step runs
+MAX_BATCH_SIZE = 2**20  # a batch at least the size of the data is already full batch
+MAX_L2 = 1e4  # m; with eta <= 1/L <= 1/m a stronger penalty only pins the weights at 0
+MAX_LR = 10.0  # eta must also be <= 1/L, which is at most 4 once the intercept makes every row norm >= 1
+MAX_CLIP_NORM = 1e6  # M; far above any gradient norm of rows within MAX_FEATURE_BOUND
+MAX_FEATURE_BOUND = 1e6  # B; the burn-in grows with B^2, so far larger bounds only mean unscaled features
+MAX_RADIUS = 1e6  # R; the burn-in grows with log R and the initial draw is projected onto the ball
+MIN_BURN_IN_TOLERANCE = 1e-12  # the burn-in grows with log(1/tolerance): 1e-12 is 4x the default's epochs
+MAX_BURN_IN_TOLERANCE = 1.0  # a gap as large as Z_B itself: beyond it the chain is not burnt in at all
+MAX_SIGMA = 1e3  # noise per step; the paper's calibrated sigmas are at most 1.26
+MAX_EPOCHS = MAX_BURN_IN_STEPS  # epochs, max_burn_in_epochs, target_epochs, max_unlearning_epochs: the
+# longest burn-in the default cap allows (MAX_BURN_IN_STEPS noisy steps, full batch); a request needing as
+# many epochs as the burn-in retrains instead
+
 
 def hyperparameters() -> tuple[HyperParameter, ...]:
     """What ``GET /v1/methods`` shows for the method: every key of :func:`default_config`."""
-    above_zero: dict[str, Any] = {"minimum": 0, "exclusive_minimum": True}
+    least: dict[str, Any] = {"minimum": MIN_POSITIVE}
+    epochs: dict[str, Any] = {"minimum": 1, "maximum": MAX_EPOCHS}
     return (
         HyperParameter("family", "string", "The model trained: a (multinomial) logistic regression, whose "
                        "strongly convex objective the guarantee needs", choices=(FAMILY,)),
         HyperParameter("batch_size", "integer", "Samples per noisy gradient step (0, or at least the number "
-                       "of samples: full batch)", minimum=0),
-        HyperParameter("l2", "number", "Strength m of the L2 regularisation", **above_zero, nullable=True,
+                       "of samples: full batch)", minimum=0, maximum=MAX_BATCH_SIZE),
+        HyperParameter("l2", "number", "Strength m of the L2 regularisation", **least, maximum=MAX_L2,
+                       nullable=True,
                        null_means="derived from the data: max(1/n, the least l2 whose burn-in fits the noisy-step "
                        "budget min(200k, max(50k, 10 n)))"),
-        HyperParameter("lr", "number", "Step size eta, at most 1/L (checked when training starts)", **above_zero,
-                       nullable=True, null_means="derived from the data: 1/L, L the smoothness of the objective"),
-        HyperParameter("clip_norm", "number", "Per-sample gradient clipping threshold M", **above_zero,
-                       nullable=True, null_means="derived from the data: the largest gradient norm the "
+        HyperParameter("lr", "number", "Step size eta, at most 1/L (checked when training starts)", **least,
+                       maximum=MAX_LR, nullable=True, null_means="derived from the data: 1/L, L the smoothness of the objective"),
+        HyperParameter("clip_norm", "number", "Per-sample gradient clipping threshold M", **least,
+                       maximum=MAX_CLIP_NORM, nullable=True, null_means="derived from the data: the largest gradient norm the "
                        "features allow (never clips)"),
         HyperParameter("feature_bound", "number", "Bound on every feature vector's norm (the intercept's 1 "
-                       "included); L and M are derived from it", **above_zero, nullable=True,
+                       "included); L and M are derived from it", **least, maximum=MAX_FEATURE_BOUND, nullable=True,
                        null_means="derived from the data: the 90% quantile of the rows' norms, rows above it clipped "
                        "onto it"),
         HyperParameter("intercept", "boolean", "Append a constant feature 1 (a bias)"),
-        HyperParameter("radius", "number", "Radius R of the ball the iterates are projected onto", **above_zero),
-        HyperParameter("epochs", "integer", "Noisy training epochs (the burn-in T)", minimum=1, nullable=True,
+        HyperParameter("radius", "number", "Radius R of the ball the iterates are projected onto", **least,
+                       maximum=MAX_RADIUS),
+        HyperParameter("epochs", "integer", "Noisy training epochs (the burn-in T)", **epochs, nullable=True,
                        null_means="derived from the data: the T with 2R c^(TN) <= burn_in_tolerance x Z_B"),
         HyperParameter("burn_in_tolerance", "number", "How close to the stationary regime the derived burn-in "
-                       "gets", **above_zero),
-        HyperParameter("sigma", "number", "Std of the Langevin noise per step", **above_zero, nullable=True,
+                       "gets", minimum=MIN_BURN_IN_TOLERANCE, maximum=MAX_BURN_IN_TOLERANCE),
+        HyperParameter("sigma", "number", "Std of the Langevin noise per step", **least, maximum=MAX_SIGMA,
+                       nullable=True,
                        null_means="derived from the data: the least sigma for which a single-sample request "
                        "needs at most target_epochs noisy epochs at the model's (epsilon, delta)"),
         HyperParameter("target_epochs", "integer", "Noisy epochs per single-sample request a derived sigma is "
-                       "calibrated for", minimum=1),
+                       "calibrated for", **epochs),
         HyperParameter("pabi", "string", "Privacy amplification by iteration: the paper's c^(2KN) or the "
                        "shift-optimal (tight) form", choices=PABI_VARIANTS),
         HyperParameter("conversion", "string", "RDP to (epsilon, delta) conversion: the paper's (Prop K.2) or "
                        "dp_accounting's (tighter)", choices=CONVERSIONS),
         HyperParameter("max_unlearning_epochs", "integer", "Most noisy epochs one request may take; beyond "
-                       "it the model retrains", minimum=1),
+                       "it the model retrains", **epochs),
         HyperParameter("max_burn_in_epochs", "integer", "Most epochs a derived burn-in may take; a longer "
-                       "one is refused when training starts", minimum=1, nullable=True,
+                       "one is refused when training starts", **epochs, nullable=True,
                        null_means="at most 1,000,000 noisy steps"),
     )
 
@@ -132,6 +164,7 @@ def check_config(config: Mapping[str, Any]) -> None:
         if merged[name] is not None:
             int_at_least(merged, name, 1)
     num_batches(1, merged)
+    check_declared(hyperparameters(), merged)
 
 
 def check_choices(config: Mapping[str, Any]) -> None:
@@ -259,3 +292,87 @@ def optional_positive(config: Mapping[str, Any], name: str) -> float | None:
 def int_at_least(config: Mapping[str, Any], name: str, low: int) -> int:
     """``config[name]`` as an int, if it is an integer >= ``low``."""
     return integer_at_least(name, config[name], low)
+
+
+# ------------------------------------------------------------------------------------------ job estimate
+# The job estimate of a training (Langevin.estimate_job).
+# Training is T epochs of projected noisy SGD over N batches (:func:`.noisy_sgd.pnsgd_epochs`): every epoch
+# reads every row once (a gradient of the (C - 1) x (D + 1) weights, a few flops per weight and row) and
+# draws N x p Gaussian numbers, one batch at a time, so time is T x (rows x p + N x p noise + N steps).
+# T is the configured ``epochs``, or the derived burn-in, bounded as ``fit`` bounds it: with a derived ``l2``
+# (and step 1/L) the burn-in fits min(200k, max(50k, 10 n)) noisy steps (:func:`.defaults.derived_l2`); with
+# a given ``l2`` it is derived as ``fit`` derives it, from the configured or an assumed feature bound
+# (:data:`ASSUMED_SQUARED_NORM`); it is never longer than ``max_burn_in_epochs`` (null: ``MAX_BURN_IN_STEPS``
+# steps). Memory: the rows gathered per batch in float64, one epoch's noise (N x p) and the data.
+
+GRADIENT_FLOPS = 6.0  # per weight and row: the logits, the residuals and their product with the rows
+NOISE_FLOPS = 20.0  # per Gaussian number drawn (torch.randn on the CPU), with the update and projection
+STEP_CALLS = 1.5  # small steps (STEP_SECONDS) of one noisy step
+HASH_SECONDS = 2e-6  # a sample id's keyed blake2b hash (the batch partition)
+ASSUMED_SQUARED_NORM = 1.0
+"""A row's squared norm per feature a given ``l2``'s burn-in is estimated with when ``feature_bound`` is null (the
+derived bound is the 90% quantile of the rows' norms): the mean of standardised columns (the default scaling
+of an audited model) and the most of min-max scaled ones. Rows of larger norm burn in for longer than
+estimated: give ``feature_bound`` (or ``epochs``) to have the burn-in estimated as ``fit`` derives it."""
+
+
+def burn_in_bound(merged: Mapping[str, Any], shape: DataShape) -> int:
+    """T as ``fit`` resolves it, or an upper bound of the derived burn-in (the comment above)."""
+    if merged.get("epochs") is not None:
+        return int(merged["epochs"])
+    rows = max(shape.rows, 1)
+    batches = num_batches(rows, merged)
+    cap = merged.get("max_burn_in_epochs")
+    epochs = int(cap) if cap is not None else math.ceil(MAX_BURN_IN_STEPS / batches)
+    if merged.get("l2") is None and merged.get("lr") is None:  # derived_l2 assumes the step 1/L
+        epochs = min(epochs, math.ceil(max(burn_in_step_budget(rows), batches) / batches))
+    elif merged.get("l2") is not None:
+        epochs = min(epochs, _converging_epochs(merged, shape, batches) or epochs)
+    return max(epochs, 1)
+
+
+def _converging_epochs(merged: Mapping[str, Any], shape: DataShape, batches: int) -> int | None:
+    """The burn-in of Lemma 3.6 for a given ``l2`` (:func:`unlearning.privacy.langevin.distance.epochs_to_converge`),
+    with the configured feature bound or ``ASSUMED_SQUARED_NORM`` per feature; None where the constants
+    are inconsistent (``fit`` refuses those)."""
+    intercept = float(bool(merged.get("intercept", True)))
+    bound = merged.get("feature_bound") or math.sqrt(
+        ASSUMED_SQUARED_NORM * max(shape.features, 1) + intercept
+    )
+    multinomial = shape.classes > 2
+    l2 = float(merged["l2"])
+    smoothness = (0.5 if multinomial else 0.25) * bound**2 + l2
+    clip = merged.get("clip_norm") or (math.sqrt(2.0) if multinomial else 1.0) * bound
+    eta = min(float(merged.get("lr") or math.inf), 1.0 / smoothness)
+    slots = math.ceil(max(shape.rows, 1) / batches)
+    try:
+        const = PNSGDConstants(
+            batches * slots, slots, eta, l2, float(clip), float(merged["radius"]), smoothness
+        )
+        return epochs_to_converge(const, float(merged["burn_in_tolerance"]))
+    except (InvalidConfigError, OverflowError, ValueError):
+        return None
+
+
+def langevin_estimate(merged: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+    """Memory and single-core time of ``fit`` with the (merged) configuration on data of ``shape``."""
+    n = max(shape.rows, 1)
+    batches = num_batches(n, merged)
+    epochs = burn_in_bound(merged, shape)
+    p = max(shape.classes - 1, 1) * (shape.features + int(bool(merged.get("intercept", True))))
+    memory = {
+        "rows gathered per batch (float64)": data_bytes(shape, FLOAT64)
+        + n * (FLOAT64 + 1.0)
+        + 2.0 * n * FLOAT64,
+        "one epoch's noise (batches x parameters)": 2.0 * batches * p * FLOAT64,
+        "training rows": data_bytes(shape, FLOAT64),
+    }
+    flops = {
+        "noisy epochs (burn-in x rows x parameters)": GRADIENT_FLOPS * epochs * n * p,
+        "Gaussian noise (burn-in x batches x parameters)": NOISE_FLOPS * epochs * batches * p,
+    }
+    fixed = {
+        "noisy steps (burn-in x batches)": epochs * batches * STEP_CALLS * STEP_SECONDS,
+        "hashing sample ids": n * HASH_SECONDS,
+    }
+    return estimate(memory, flops, fixed)

@@ -48,6 +48,7 @@ from unlearning.errors import (
     UnknownSampleError,
 )
 from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.job_estimate import DataShape, JobEstimate
 from unlearning.methods.langevin.accounting import LangevinAccounting
 from unlearning.methods.langevin.batching import (
     Batch,
@@ -107,6 +108,10 @@ class Langevin:
         """What ``fit`` checks without the data (:func:`unlearning.methods.langevin.config.check_config`)."""
         cfg.check_config(config)
 
+    def estimate_job(self, config: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+        """The burn-in's noisy epochs (:func:`unlearning.methods.langevin.config.langevin_estimate`)."""
+        return cfg.langevin_estimate({**self.default_config(), **dict(config)}, shape)
+
     # ----------------------------------------------------------------------------------------- fit
     def fit(
         self,
@@ -118,6 +123,7 @@ class Langevin:
         policy: BudgetPolicy | None = None,
     ) -> tuple[MethodState, Certificate]:
         started = time.perf_counter()
+        cfg.check_config(config)  # the bounds of registration hold for a library caller too
         merged = {**self.default_config(), **dict(config)}
         partition_seed, noise_seed = derive_seed(seed, "partition"), derive_seed(seed, "noise")
         hashes = sample_hashes(dataset.sample_ids, partition_seed)

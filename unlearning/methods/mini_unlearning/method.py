@@ -30,6 +30,7 @@ from unlearning.device import default_device
 from unlearning.errors import AlreadyDeletedError, InvalidConfigError, InvalidDatasetError, UnknownSampleError
 from unlearning.methods.hessian_free import check_sgd_config, model_spec_for, sgd_config, sgd_hyperparameters
 from unlearning.methods.hyperparameters import HyperParameter
+from unlearning.methods.job_estimate import DataShape, JobEstimate
 from unlearning.methods.mini_unlearning.accounting import WindowAccounting
 from unlearning.methods.mini_unlearning.config import (
     DEFAULT_MAX_DELETION_FRACTION,
@@ -39,6 +40,7 @@ from unlearning.methods.mini_unlearning.config import (
     window_hyperparameters,
 )
 from unlearning.methods.mini_unlearning.correction import ReplayStats, forward_correction, split_window
+from unlearning.methods.mini_unlearning.estimate import mini_unlearning_estimate
 from unlearning.methods.mini_unlearning.trajectory import (
     RecordedWindow,
     TrajectoryWindow,
@@ -184,6 +186,10 @@ class MiniUnlearning:
         """:class:`InvalidConfigError` for a value ``fit`` would refuse, the upper bounds of
         :mod:`.config` and of the recorded SGD included."""
         self._merged(config)
+
+    def estimate_job(self, config: Mapping[str, Any], shape: DataShape) -> JobEstimate:
+        """Plain SGD and the recorded window (:mod:`.estimate`)."""
+        return mini_unlearning_estimate({**self.default_config(), **dict(config)}, shape, SGD_RULE)
 
     def _merged(self, config: Mapping[str, Any]) -> dict[str, Any]:
         merged = {**self.default_config(), **dict(config)}
