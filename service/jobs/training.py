@@ -9,15 +9,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Protocol
 
 from service import metrics
 from service.audit.service import model_chain
 from service.db.base import utcnow
 from service.db.tables import Model
-from service.faults import disk_full, is_transient, short_cause
+from service.faults import is_transient, short_cause
 from service.graphs.erasure import departed, retrain_graph
 from service.graphs.storage import is_graph, sample_count
 from service.jobs.completion import collect_garbage, finish
@@ -25,6 +24,7 @@ from service.jobs.context import UpdateContext
 from service.jobs.job_guard import GuardedProgress, JobCanceled, job_estimate
 from service.jobs.plans import Batch, plan_requests
 from service.jobs.request_lifecycle import fail_request, mark_applied, record_erasure
+from service.jobs.requeue import INITIAL, Run
 from service.jobs.state import derive_seed, load_hot_statistics, policy_kwargs, policy_of, privacy_of
 from service.jobs.versions import Release, blobs_of, erase_from_source, record_version, release_after_fit
 from service.states import ModelState, RequestState, VersionKind
@@ -38,8 +38,6 @@ from unlearning.tables.quality import QualityReport, quality_problem
 
 log = logging.getLogger(__name__)
 
-INITIAL = VersionKind.INITIAL.value
-"""A first training's kind: its ledger entry's, and its label in the training metrics."""
 
 
 class TrainingContext(UpdateContext, Protocol):
@@ -91,7 +89,7 @@ def _write_and_record(
             release = write()
         except Exception as exc:  # any other failure is the model's error, never a crash loop
             if is_transient(exc):
-                raise  # the job runs again (_Run.retry_later)
+                raise  # the job runs again (Run.retry_later)
             fail(rt, model_id, exc)
             return None
         version_id = record(release)
@@ -133,8 +131,8 @@ def _stale(rt: TrainingContext, model: Model) -> bool:
 
 def train_model(rt: TrainingContext, model_id: int) -> None:
     """Fit the model's first version (a model ``queued``, or ``training`` and stale). A transient fault
-    (:func:`service.faults.is_transient`) fails nothing: the model is queued again (:class:`_Run`)."""
-    run = _Run(INITIAL, model_id)
+    (:func:`service.faults.is_transient`) fails nothing: the model is queued again (:class:`Run`)."""
+    run = Run(INITIAL, model_id)
     try:
         _train(rt, run)
     except Exception as exc:
@@ -143,7 +141,7 @@ def train_model(rt: TrainingContext, model_id: int) -> None:
         run.retry_later(rt, exc)
 
 
-def _train(rt: TrainingContext, run: _Run) -> None:
+def _train(rt: TrainingContext, run: Run) -> None:
     model_id = run.model_id
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
@@ -257,8 +255,8 @@ def _fail_training(rt: TrainingContext, model_id: int, exc: BaseException) -> No
 def retrain_model(rt: TrainingContext, model_id: int, reason: str | None = None) -> None:
     """Retrain on the remaining data without every waiting request's subjects; start a new budget epoch.
     Runs only for a model in ``retraining`` (phase ``waiting``, or stale), with requests waiting or a
-    ``Model.retrain_reason``. A transient fault fails nothing: the retrain waits again (:class:`_Run`)."""
-    run = _Run("retrain", model_id, reason=reason)
+    ``Model.retrain_reason``. A transient fault fails nothing: the retrain waits again (:class:`Run`)."""
+    run = Run("retrain", model_id, reason=reason)
     try:
         _retrain(rt, run, reason)
     except Exception as exc:
@@ -267,7 +265,7 @@ def retrain_model(rt: TrainingContext, model_id: int, reason: str | None = None)
         run.retry_later(rt, exc)
 
 
-def _retrain(rt: TrainingContext, run: _Run, reason: str | None) -> None:
+def _retrain(rt: TrainingContext, run: Run, reason: str | None) -> None:
     model_id = run.model_id
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
@@ -461,68 +459,6 @@ def _fail_retrain(rt: TrainingContext, model_id: int, exc: BaseException) -> Non
 
 
 # -- shared -------------------------------------------------------------------------------------
-
-RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0, 16.0, 29.0)  # seconds between looks at the database (60 s in all)
-DISK_FULL_RETRY_SECONDS = 30.0  # a job that could not write waits this long before it runs again
-
-
-@dataclass
-class _Run:
-    """One run of a training (``kind`` INITIAL) or retrain ("retrain") job, for a transient fault's
-    retry: ``started_at`` is set once the job claimed the model, ``reason`` is a retrain's."""
-
-    kind: str
-    model_id: int
-    started_at: datetime | None = None
-    reason: str | None = None
-
-    def retry_later(self, rt: TrainingContext, exc: BaseException) -> None:
-        """Put the model back as it was before this run claimed it (a training ``queued``, a retrain's
-        phase ``waiting``) with its job queued, once the database answers (after 1, 2, 4 ... s); after a
-        full disk the job is due ``DISK_FULL_RETRY_SECONDS`` later, not at once (a fit per attempt). If
-        the database does not answer within ``sum(RETRY_DELAYS)``, recovery re-queues the stale job."""
-        log.warning(
-            "the %s of model %s met a transient fault (%s); it runs again",
-            "first training" if self.kind == INITIAL else "retrain",
-            self.model_id,
-            short_cause(exc),
-        )
-        due = timedelta(seconds=DISK_FULL_RETRY_SECONDS if disk_full(exc) else 0.0)
-        for delay in RETRY_DELAYS:
-            time.sleep(delay)
-            try:
-                if self._requeue(rt, due):
-                    metrics.TRAININGS.labels(self.kind, "retried").inc()
-                return
-            except Exception as again:
-                if not is_transient(again):
-                    raise
-        log.warning("model %s: the database did not answer; recovery re-queues its job", self.model_id)
-
-    def _requeue(self, rt: TrainingContext, due: timedelta) -> bool:
-        """In one transaction: the model back to its job's gate, the job queued; False when the model is
-        no longer this run's (deleted, done, or claimed by another run)."""
-        with rt.uow() as uow:
-            model = uow.models.lock(self.model_id)
-            if model is None:
-                return False
-            mine = self.started_at is not None and model.started_at == self.started_at
-            payload: dict[str, Any] = {"model_id": self.model_id}
-            if self.kind == INITIAL:
-                if not (model.status == ModelState.QUEUED or (model.status == ModelState.TRAINING and mine)):
-                    return False
-                model.status = model.phase = ModelState.QUEUED
-                task, dedupe = "train_model", f"train:{self.model_id}"
-            else:
-                if model.status != ModelState.RETRAINING or not (model.phase == "waiting" or mine):
-                    return False
-                model.phase, payload["reason"] = "waiting", self.reason
-                task, dedupe = "retrain_model", f"retrain:{self.model_id}"
-            model.progress, model.eta_seconds = 0.0, None
-            uow.outbox.add(task, payload, dedupe_key=dedupe, available_at=utcnow() + due)
-            uow.commit()
-            return True
-
 
 def _ready(model: Model) -> None:
     """Training, or a retrain, is over (done or failed): so is any retrain asked for through the API."""

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import exc as sa_exc
 
-from service.jobs import training
+from service.jobs import requeue, training
 from service.jobs.drain import apply_deletions
 from service.jobs.training import retrain_model, train_model
 from service.runtime import Runtime
@@ -174,7 +174,7 @@ def test_a_first_training_that_loses_the_database_is_queued_again_and_then_train
     with deployment_of_its_own(tmp_path) as d, _db(d) as conn:
         model_id = d.client.model(d.client.dataset(n=40, samples_per_owner=2), epochs=1)
         monkeypatch.setattr(training, "_fit", fit_losing_the_database_once)
-        monkeypatch.setattr(training, "RETRY_DELAYS", (0.0,))
+        monkeypatch.setattr(requeue, "RETRY_DELAYS", (0.0,))
         retried_before = _retried("initial")
 
         train_model(d.runtime, model_id)
