@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -341,32 +339,6 @@ class RssSampler:
         return round(max(self.peak_kb, self._read("VmHWM")) / 1024, 1)
 
 
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        try:
-            raw = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
-        except OSError:
-            continue
-        if raw and int(raw[raw.rindex(")") + 2 :].split()[1]) == pid:
-            out.append(int(entry))
-    return out
-
-
-def stop_children(pid: int, timeout: float = 10) -> None:
-    """SIGTERM to each child of ``pid`` (the launcher's workers), SIGKILL to any left after ``timeout``
-    (a worker's warm shutdown waits for its running job)."""
-    kids = children(pid)
-    for kid in kids:
-        os.kill(kid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while any(Path(f"/proc/{k}").exists() for k in kids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for kid in kids:
-        if Path(f"/proc/{kid}").exists():
-            os.kill(kid, signal.SIGKILL)
-
-
 @contextmanager
 def workers(env: dict[str, str], log_path: Path, single: bool, token: str) -> Iterator[list[str]]:
     """The workers: ``python -m workers`` (the launcher's plan), or one Celery worker on every lane; yields
@@ -382,7 +354,7 @@ def workers(env: dict[str, str], log_path: Path, single: bool, token: str) -> It
         try:
             yield names
         finally:
-            stop_children(proc.pid)
+            stack.stop_children(proc.pid)
 
 
 def enter_together(exit_stack: ExitStack, *managers: AbstractContextManager[Any]) -> list[Any]:

@@ -6,6 +6,7 @@
 - :func:`fresh_deployment`: all three at once, with a temporary directory, for one run
   (:func:`enter_fresh_deployment`: the same on an ExitStack, None when the servers are unreachable);
 - :func:`celery_worker` and :func:`api_process`: the worker and the API as real subprocesses;
+- :func:`children` and :func:`stop_children`: a launcher's worker processes, and stopping them;
 - :func:`cpu_seconds`: the CPU time each of them, Postgres and Redis have used so far.
 
 Every other helper raises :class:`ServersUnavailable` when Postgres or Redis cannot be reached.
@@ -222,11 +223,39 @@ def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, subproces
     base = f"http://127.0.0.1:{port}"
     env = {**env, "LETHE_PORT": str(port), "LETHE_LOG_LEVEL": "warning"}
     try:
-        with started("the API", [sys.executable, "-m", "service"], env, log, answers(f"{base}/readyz")) as proc:
+        with started(
+            "the API", [sys.executable, "-m", "service"], env, log, answers(f"{base}/readyz")
+        ) as proc:
             yield base, proc
     finally:
         if not env.get("LETHE_DATABASE_URL") and env.get("LETHE_VAR_DIR"):
             stop_embedded(Path(env["LETHE_VAR_DIR"]))  # in case the API was killed before it stopped it
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if raw and int(raw[raw.rindex(")") + 2 :].split()[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def stop_children(pid: int, timeout: float = 10) -> None:
+    """SIGTERM to each child of ``pid``, SIGKILL to any left after ``timeout``."""
+    kids = children(pid)
+    for kid in kids:
+        os.kill(kid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{k}").exists() for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for kid in kids:
+        if Path(f"/proc/{kid}").exists():
+            os.kill(kid, signal.SIGKILL)
 
 
 # -- CPU accounting ------------------------------------------------------------------------------

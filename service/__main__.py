@@ -1,7 +1,6 @@
 """``python -m service``: the API on uvicorn (embedded mode unless LETHE_MODE=production).
 
-Settings come from ``LETHE_*``; a bad one, or an unusable target (:mod:`service.preflight`), exits with
-status 2 and one line per problem."""
+A bad setting or an unusable target (:mod:`service.preflight`) exits with status 2, one line per problem."""
 
 from __future__ import annotations
 

@@ -9,9 +9,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
+import redis.exceptions
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from kombu.exceptions import OperationalError as KombuOperationalError
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -25,8 +29,8 @@ from service.api.deps import ACCESS_EXTENSION, access_of, authorized
 from service.api.health import router as health_router
 from service.api.models import router as models_router
 from service.api.receipts import router as receipts_router
-from service.errors import ApiError, StorageFull, from_unlearning_error
-from service.faults import disk_full
+from service.errors import ApiError, BackendUnavailable, StorageFull, from_unlearning_error
+from service.faults import disk_full, is_transient, short_cause
 from service.limits import RequestSizeLimit
 from service.runtime import Runtime
 from service.schemas import ERROR_TEXT, ErrorBody, error_responses
@@ -34,6 +38,14 @@ from service.settings import Settings
 from unlearning.errors import UnlearningError
 
 log = logging.getLogger(__name__)
+
+_PLATFORM_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    sa_exc.SQLAlchemyError,
+    psycopg.Error,
+    redis.exceptions.RedisError,
+    KombuOperationalError,
+)
 
 DESCRIPTION = """\
 Lethe turns each deletion request into a certified (or audited) model update, keeps a privacy ledger of
@@ -129,8 +141,7 @@ def _document_errors(app: FastAPI) -> None:
 
 
 def _document_access(paths: dict[str, Any], error_ref: dict[str, str]) -> None:
-    """Each /v1 operation names the token it needs (``x-lethe-access``: ``read`` or ``write``,
-    :func:`service.api.deps.access_of`); a write documents the 403 a read-only token gets."""
+    """Mark each /v1 operation ``x-lethe-access`` ``read`` or ``write``; a write documents its 403."""
     for path, item in paths.items():
         if not path.startswith("/v1/"):
             continue
@@ -173,8 +184,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         errors = exc.errors()
         sent = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if sent and not _is_json(sent) and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in errors):
-            # FastAPI leaves a body it was not told is JSON unparsed, and then finds no object in it
-            # ("Input should be a valid dictionary"): say what to send instead (curl -d sends a form).
+            # a body not declared JSON is left unparsed, then "not a valid dictionary": say what to send
             message = f"the body was sent as {sent}: send JSON with Content-Type: application/json"
             return _error(415, "unsupported_media_type", message)
         if any(e.get("type") == "json_invalid" for e in errors):
@@ -201,20 +211,30 @@ def _install_error_handlers(app: FastAPI) -> None:
             message = f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}"
         return _error(exc.status_code, code, message, headers or None)
 
-    @app.exception_handler(OSError)
-    async def os_error(request: Request, exc: OSError) -> JSONResponse:
-        full = _storage_full(request, exc)
-        if full is None:
-            raise exc  # answered by the handler of unexpected errors (500)
-        return full
+    async def platform_error(request: Request, exc: Exception) -> JSONResponse:
+        return _platform_fault(request, exc) or _internal(request, exc)
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        full = _storage_full(request, exc)
-        if full is not None:
-            return full
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return _error(500, "internal", "an unexpected error occurred; it has been logged")
+    # Registered by class, so that the answer is final (the catch-all below answers, then re-raises).
+    for kind in _PLATFORM_ERRORS:
+        app.add_exception_handler(kind, platform_error)
+    app.add_exception_handler(Exception, platform_error)
+
+
+def _internal(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _error(500, "internal", "an unexpected error occurred; it has been logged")
+
+
+def _platform_fault(request: Request, exc: BaseException) -> JSONResponse | None:
+    """503 for a fault of the platform, not of the request: ``storage_full`` (:func:`_storage_full`) or
+    ``backend_unavailable`` (a dropped database, Redis or broker connection: the transaction rolled back
+    or its commit is unknown, and the same Idempotency-Key makes the retry safe); None for others."""
+    full = _storage_full(request, exc)
+    if full is not None or not is_transient(exc):
+        return full
+    log.warning("%s %s: %s; answered 503", request.method, request.url.path, short_cause(exc))
+    error = BackendUnavailable()
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
 def _storage_full(request: Request, exc: BaseException) -> JSONResponse | None:

@@ -1,8 +1,6 @@
-"""Where a deletion's callback may be POSTed (against server-side request forgery): a globally reachable
-address or one in ``LETHE_CALLBACK_ALLOWED_NETWORKS``. At submission an IP-literal or ``localhost`` host
-is checked (no DNS); at delivery the host is resolved once and the POST goes to the first allowed
-address with the original ``Host`` and TLS server name (no DNS rebinding).
-"""
+"""Where a deletion's callback may be POSTed (against SSRF): a globally reachable address or one in
+``LETHE_CALLBACK_ALLOWED_NETWORKS``; at submission IP literals and ``localhost`` are checked, at delivery
+the host is resolved once and the POST pinned to the first allowed address (no DNS rebinding)."""
 
 from __future__ import annotations
 
@@ -43,8 +41,7 @@ def parse_networks(text: str | None) -> tuple[Network, ...]:
 
 
 def address_allowed(address: Address, allowed: Sequence[Network]) -> bool:
-    """Globally reachable (not multicast), or inside one of ``allowed``; an IPv4-mapped IPv6 address is
-    judged as its IPv4 address."""
+    """Globally reachable (not multicast) or in ``allowed``; IPv4-mapped IPv6 judged as IPv4."""
     forms: list[Address] = [address]
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         forms.insert(0, address.ipv4_mapped)
@@ -54,8 +51,7 @@ def address_allowed(address: Address, allowed: Sequence[Network]) -> bool:
 
 
 def literal_problem(url: str, allowed: Sequence[Network]) -> str | None:
-    """Why the URL is refused if its host is an address (or ``localhost``) callbacks may not reach; None
-    otherwise (host names are not resolved)."""
+    """Why the URL is refused if its host is an address callbacks may not reach (names: None)."""
     host = httpx.URL(url).host
     if host.lower().rstrip(".") in _LOCAL_NAMES or host.lower().endswith(".localhost"):
         addresses: list[Address] = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]

@@ -82,6 +82,21 @@ class StorageFull(ApiError):
         )
 
 
+class BackendUnavailable(ApiError):
+    """The database, Redis or the broker dropped or refused the request's connection: the transaction
+    rolled back (or its commit is unknown); the client sends it again, with the same Idempotency-Key."""
+
+    status, code = 503, "backend_unavailable"
+    RETRY_AFTER_SECONDS = 1
+    headers: ClassVar[dict[str, str] | None] = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the database, Redis or the broker did not answer: send the request again shortly, with the "
+            "same Idempotency-Key (which makes the retry safe)"
+        )
+
+
 def from_unlearning_error(exc: UnlearningError) -> ApiError:
     """Map a core-library error (always the caller's input) to a 4xx: an id already forgotten conflicts
     with the resource's state (409); anything else is input the service cannot process as given (422)."""

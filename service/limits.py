@@ -1,7 +1,5 @@
-"""ASGI middleware answering 413 to a request body over ``LETHE_MAX_REQUEST_BYTES``: at once from its
-``Content-Length``, or, for a chunked body, as soon as the bytes read pass the bound, before the route
-sees any. ``POST /v1/datasets`` is exempt (bounded by ``LETHE_MAX_UPLOAD_BYTES``).
-"""
+"""ASGI middleware answering 413 to a request body over ``LETHE_MAX_REQUEST_BYTES`` (from its
+``Content-Length``, or as a chunked body passes it); ``POST /v1/datasets`` is exempt."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Scheduled maintenance: repairs derived from Postgres, run by a daemon thread in every process.
-
-- :func:`reconcile` re-queues work whose message was lost (a crash, a broker flushed with Redis), and a
-  training or retrain whose heartbeat stopped (its worker died), and finishes what a dead process left
-  between two steps;
-- :func:`purge_expired` drops expired idempotency keys and outbox rows published more than a day ago;
-- :func:`sweep_orphans` deletes the blobs no row holds (on a thread of its own).
-
-Safe in every process at any time: outbox dedupe keys keep repeated passes from queueing a job twice.
-"""
+"""Scheduled maintenance, run by a daemon thread in every process and safe in each at any time (outbox
+dedupe keys): :func:`reconcile` re-queues lost or dead work and finishes what a dead process left half
+done; :func:`purge_expired` drops expired keys and old outbox rows; :func:`sweep_orphans` unheld blobs."""
 
 from __future__ import annotations
 
@@ -47,29 +40,30 @@ def reconcile(rt: MaintenanceContext) -> None:
     stale = now - timedelta(seconds=rt.settings.stale_job_seconds)
     silent = now - timedelta(seconds=rt.settings.job_heartbeat_timeout_seconds)
     with rt.uow() as uow:
-        # Deletions of a ready model that nobody is applying: cheap to re-queue (a no-op if in hand).
+        # queued deletions of a ready model (a no-op if in hand); trainings and retrains no job has claimed
+        # (their message may have died with a worker) after stale_job_seconds, each re-sent at most that
+        # often (updated_at marks the re-send), and those whose heartbeat stopped (service.jobs.heartbeat)
         for model_id in uow.models.models_with_requests(
             [RequestState.QUEUED], before=settled, model_status=ModelState.READY
         ):
             uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
-        # A running training or retrain beats (service.jobs.heartbeat): silent for the timeout, it is dead.
-        # One not started yet waits its turn on its lane: its message is re-sent only after a long while.
-        trainings = uow.models.stale_jobs([ModelState.QUEUED], before=stale)
+        unclaimed = uow.models.unclaimed_jobs(before=stale)
+        for model in unclaimed:
+            model.updated_at = now  # the re-send's mark
+        trainings = [m for m in unclaimed if m.status == ModelState.QUEUED]
         trainings += uow.models.silent_jobs(ModelState.TRAINING, before=silent)
         for model in trainings:
             uow.outbox.add("train_model", {"model_id": model.id}, dedupe_key=f"train:{model.id}")
-        retrains = uow.models.stale_jobs([ModelState.RETRAINING], before=stale)
+        retrains = [m for m in unclaimed if m.status == ModelState.RETRAINING]
         retrains += uow.models.silent_jobs(ModelState.RETRAINING, before=silent)
         for model in retrains:
             uow.outbox.add("retrain_model", {"model_id": model.id}, dedupe_key=f"retrain:{model.id}")
         stalled = uow.models.models_with_requests([RequestState.APPLIED], before=settled, model_status=None)
         deleted = uow.models.models_with_requests(WAITING, before=settled, model_status=ModelState.DELETED)
         uow.commit()
-    # A process died between a model's deletion and the erasure of its data: erase it now.
-    for model_id in deleted:
+    for model_id in deleted:  # a process died between a model's deletion and the erasure of its data
         erase_retired(rt, model_id)
-    # A worker died between committing a version and completing its requests: finish them here.
-    for model_id in sorted(set(stalled) - set(deleted)):
+    for model_id in sorted(set(stalled) - set(deleted)):  # a version committed, its requests not completed
         finish_stalled(rt, model_id, rt.settings.reconcile_after_seconds)
 
 
@@ -81,8 +75,7 @@ def purge_expired(uow: UnitOfWork) -> None:
 
 
 def sweep_orphans(rt: MaintenanceContext) -> list[str]:
-    """Delete the blobs no ``artifact_refs`` row holds and nobody put for ``orphan_grace_seconds``
-    (rolled-back attempts, dead processes, undone unlinks), under the collection lock; returns them."""
+    """Delete and return the unheld blobs not put for ``orphan_grace_seconds``."""
 
     @contextmanager
     def referenced(digests: list[str]) -> Iterator[set[str]]:

@@ -9,7 +9,9 @@ from collections.abc import Callable
 
 
 class RepeatingPass:
-    def __init__(self, name: str, interval_seconds: float, run: Callable[[], None], log: logging.Logger) -> None:
+    def __init__(
+        self, name: str, interval_seconds: float, run: Callable[[], None], log: logging.Logger
+    ) -> None:
         self._name = name
         self._interval = interval_seconds
         self._run = run

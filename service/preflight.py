@@ -24,7 +24,6 @@ def problems(settings: Settings) -> list[str]:
     if settings.mode == "embedded":  # its home: the embedded Postgres, generated keys, artifacts by default
         checks.append(("LETHE_VAR_DIR", lambda: _directory(settings.var_dir)))
     if settings.artifact_url is None:
-        # unset, the artifacts live under LETHE_VAR_DIR
         artifacts = "LETHE_ARTIFACT_DIR" if settings.artifact_dir else "LETHE_VAR_DIR"
         checks.append((artifacts, lambda: _directory(settings.effective_artifact_dir)))
     checks.append(("LETHE_DATABASE_URL", lambda: _database(settings.effective_database_url)))

@@ -1,8 +1,5 @@
-"""The composition root: every long-lived object of one process, built from the settings.
-
-Each process builds one ``Runtime``; routes receive it, jobs receive it as the narrow context protocol
-each declares. Importing this module imports torch: Celery builds it only in the forked worker.
-"""
+"""The composition root: every long-lived object of one process, built from the settings; jobs receive it
+as the narrow context protocol each declares. Importing it imports torch."""
 
 from __future__ import annotations
 

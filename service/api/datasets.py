@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,7 +23,6 @@ from service.graphs import upload as graphs
 from service.runtime import Runtime
 from service.schemas import MAX_DB_INT, error_responses
 from service.storage.refs import rewrite_if_collected
-from unlearning.data import Dataset
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
@@ -75,8 +75,7 @@ def _out(row: DatasetRow) -> DatasetOut:
 
 
 def _limited(receive: Receive, limit: int) -> Receive:
-    """``receive`` that raises 413 once the body passes ``limit`` bytes: the upload is cut off as it
-    streams, never buffered whole first."""
+    """``receive`` that raises 413 once the body passes ``limit`` bytes, as the upload streams."""
     seen = 0
 
     async def wrapped() -> Message:
@@ -162,32 +161,16 @@ def _shape(value: str | None) -> tuple[int, ...] | None:
     return tuple(int(v) for v in value.split(","))
 
 
-def _store(rt: Runtime, dataset: Dataset, *, source: str, fmt: str, name: str) -> DatasetOut:
+def _store(rt: Runtime, job: str, store: Callable[..., DatasetRow], data: Any, **fields: Any) -> DatasetOut:
+    """``store(uow, artifacts, data, **fields)``, committed (rewritten if its blobs were collected)."""
+
     def attempt() -> DatasetRow:
         with rt.uow() as uow:
-            row = service.store(
-                uow,
-                rt.artifacts,
-                dataset,
-                source=source,
-                fmt=fmt,
-                name=name,
-                max_buckets=rt.settings.max_buckets,
-            )
+            row = store(uow, rt.artifacts, data, **fields)
             uow.commit()
             return row
 
-    return _out(rewrite_if_collected(attempt, job="upload_dataset"))
-
-
-def _store_graph(rt: Runtime, graph: graphs.AnyGraph, *, source: str, fmt: str, name: str) -> DatasetOut:
-    def attempt() -> DatasetRow:
-        with rt.uow() as uow:
-            row = graphs.store(uow, rt.artifacts, graph, source=source, fmt=fmt, name=name)
-            uow.commit()
-            return row
-
-    return _out(rewrite_if_collected(attempt, job="upload_graph"))
+    return _out(rewrite_if_collected(attempt, job=job))
 
 
 @router.post(
@@ -247,18 +230,22 @@ async def upload_dataset(
         filename, content_type = await _receive_file(request, path, rt.settings.max_upload_bytes)
         graph_fmt = graphs.detect(format, filename)  # graph uploads (service.graphs)
         fmt = graph_fmt or service.detect_format(format, filename, content_type)
-        # The file name is the default dataset name: its control characters are dropped (an explicit
-        # ?name= with one is refused by its pattern instead; a client's file name is not a choice to refuse).
+        # the file name, the default dataset name, loses its control characters (?name= with one is a 422)
         shown = service.printable(Path(filename).name) if filename else ""
         shown = shown or f"upload.{fmt}"
         if graph_fmt or (fmt == "npz" and graphs.is_graph_npz(path)):
             limits = service.read_limits(rt.settings)
             graph = await run_in_threadpool(graphs.parse, path, fmt, shown, name, limits)
-            return await run_in_threadpool(_store_graph, rt, graph, source="upload", fmt=fmt, name=graph.name)
+            return await run_in_threadpool(
+                _store, rt, "upload_graph", graphs.store, graph, source="upload", fmt=fmt, name=graph.name
+            )
         dataset = await run_in_threadpool(
             service.parse_upload, path, fmt, shown, options, service.read_limits(rt.settings)
         )
-    return await run_in_threadpool(_store, rt, dataset, source="upload", fmt=fmt, name=dataset.name)
+    fields = {"name": dataset.name, "max_buckets": rt.settings.max_buckets}
+    return await run_in_threadpool(
+        _store, rt, "upload_dataset", service.store, dataset, source="upload", fmt=fmt, **fields
+    )
 
 
 @router.get("/bundled", response_model=BundledList, summary="Names of the bundled datasets")
@@ -276,9 +263,11 @@ def bundled_names() -> BundledList:
 def create_bundled(body: BundledDatasetIn, rt: RuntimeDep) -> DatasetOut:
     if body.name in graphs.BUNDLED:  # cora, imdb-binary, proteins (service.graphs)
         graph = graphs.load_bundled(body.name, body.n, body.seed, body.samples_per_owner)
-        return _store_graph(rt, graph, source="bundled", fmt="bundled", name=body.display_name or graph.name)
+        name = body.display_name or graph.name
+        return _store(rt, "upload_graph", graphs.store, graph, source="bundled", fmt="bundled", name=name)
     dataset = service.load_bundled(body)
-    return _store(rt, dataset, source="bundled", fmt="bundled", name=body.display_name or dataset.name)
+    fields = {"name": body.display_name or dataset.name, "max_buckets": rt.settings.max_buckets}
+    return _store(rt, "upload_dataset", service.store, dataset, source="bundled", fmt="bundled", **fields)
 
 
 @router.get("", response_model=DatasetList, summary="List datasets")

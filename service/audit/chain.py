@@ -7,43 +7,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from datetime import UTC
 from typing import Any
 
 GENESIS = "0" * 64
-EVENT_FIELDS = ("event_type", "model_id", "request_id", "version_id", "payload")  # what an event names
+HASHED_FIELDS = ("chain", "chain_seq", "at", "event_type", "model_id", "request_id", "version_id", "payload")
+_KEYS = {"chain_seq": "seq", "event_type": "type"}  # the hashed JSON's name of a field, where it differs
 
 
-def canonical_time(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def event_hash(
-    prev_hash: str,
-    *,
-    chain: str,
-    chain_seq: int,
-    at: datetime,
-    event_type: str,
-    model_id: int | None,
-    request_id: int | None,
-    version_id: int | None,
-    payload: dict[str, Any],
-) -> str:
-    body = json.dumps(
-        {
-            "chain": chain,
-            "seq": chain_seq,
-            "at": canonical_time(at),
-            "type": event_type,
-            "model_id": model_id,
-            "request_id": request_id,
-            "version_id": version_id,
-            "payload": payload,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=True,
-        allow_nan=False,
-    )
-    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+def event_hash(prev_hash: str, event: Mapping[str, Any]) -> str:
+    """The hash of ``event``'s :data:`HASHED_FIELDS` (``at`` to the microsecond, UTC) after ``prev_hash``."""
+    body = {_KEYS.get(name, name): event[name] for name in HASHED_FIELDS}
+    body["at"] = body["at"].astimezone(UTC).isoformat(timespec="microseconds")
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256((prev_hash + text).encode()).hexdigest()

@@ -1,10 +1,8 @@
 """Check a Lethe deployment's audit log from outside: ``python -m service.audit.check --url URL``.
 
-Recomputes every chain's hashes over the API (``sha256(prev_hash || canonical JSON of {chain, seq, at,
-type, model_id, request_id, version_id, payload})``, :mod:`service.audit.chain`) against the reported
-heads and ``--anchors``; then, unless ``--no-models``, each model's versions against its ledger, its
-release events and the weights served. Exit status 0 when everything holds, 1 otherwise, 2 for a usage
-error. ``lethe audit`` runs the same.
+Every chain's hashes recomputed over the API (:mod:`service.audit.chain`) against the reported heads and
+``--anchors``; then (unless ``--no-models``) each model's versions against its ledger, its release events
+and the weights served. Exit status 0 when everything holds, 1 otherwise, 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -48,8 +46,7 @@ def check(
     anchors: Mapping[str, Mapping[int, str]] | None = None,
     read: dict[str, list[AuditEventOut]] | None = None,
 ) -> list[ChainReport]:
-    """Verify ``chains`` (default: every reported or anchored chain) against the service's heads and the
-    ``anchors`` (chain -> seq -> hash; anchored but unreported fails); ``read`` collects the events."""
+    """``chains`` (default: every reported or anchored one) checked against the heads and ``anchors``."""
     anchors = anchors or {}
     reported = heads(client)
     wanted = chains if chains is not None else sorted(reported | {c: (0, "") for c in anchors})
@@ -66,8 +63,7 @@ def check(
     return reports
 
 
-# The events that record a version's release, each naming its weights' digest.
-_RELEASES = ("model.trained", "version.created", "retrain.completed")
+_RELEASES = ("model.trained", "version.created", "retrain.completed")  # each names its weights' digest
 
 
 @dataclass
@@ -175,12 +171,6 @@ def model_ids(client: httpx.Client) -> list[int]:
     return [int(m["id"]) for m in _pages(client, "/v1/models", "models", ("after_id", "id"), 500)]
 
 
-def load_anchors(path: Path) -> dict[str, dict[int, str]]:
-    """``{"model:1": {"seq": 12, "hash": "..."}, ...}`` (what :func:`save_anchors` writes)."""
-    raw = json.loads(path.read_text())
-    return {chain: {int(anchor["seq"]): str(anchor["hash"])} for chain, anchor in raw.items()}
-
-
 def save_anchors(path: Path, reports: list[ChainReport]) -> None:
     """Each intact chain's head, as anchors for the next check."""
     anchors = {r.chain: {"seq": r.head_seq, "hash": r.head_hash} for r in reports if r.ok and r.head_seq}
@@ -250,11 +240,12 @@ def run(
 
 
 def anchors_of(path: Path | None) -> dict[str, dict[int, str]] | None:
-    """The anchors in ``path`` (None: no anchors); ValueError saying why a file cannot be used."""
+    """The anchors :func:`save_anchors` wrote (None: none); ValueError saying why ``path`` is unusable."""
     if path is None:
         return None
     try:
-        return load_anchors(path)
+        raw = json.loads(path.read_text())
+        return {chain: {int(anchor["seq"]): str(anchor["hash"])} for chain, anchor in raw.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"cannot read the anchors in {path}: {exc}") from exc
 

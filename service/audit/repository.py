@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Text, and_, bindparam, cast, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from service.audit.chain import EVENT_FIELDS, GENESIS, event_hash
+from service.audit.chain import GENESIS, event_hash
 from service.db.base import table, utcnow
 from service.db.tables import SUBJECTS_ERASED_EVENT, AuditEvent, AuditHead, Model, RequestSubject
 from service.db.upsert import insert_ignore
@@ -36,15 +36,13 @@ class ChainHead:
 
 
 def chain_rows(head: ChainHead, events: list[dict[str, Any]], at: datetime) -> list[dict[str, Any]]:
-    """``events`` (event_type, model_id, request_id, version_id, payload) as hashed rows after ``head``;
-    ``head`` is advanced to the last."""
+    """``events`` as hashed rows after ``head``, which is advanced to the last."""
     seq, prev = head.seq, head.hash
     rows = []
     for event in events:
         seq += 1
         row = {"chain": head.chain, "chain_seq": seq, "at": at, "prev_hash": prev, **event}
-        fields = {name: row[name] for name in EVENT_FIELDS}
-        row["hash"] = prev = event_hash(row["prev_hash"], chain=head.chain, chain_seq=seq, at=at, **fields)
+        row["hash"] = prev = event_hash(prev, row)
         rows.append(row)
     head.seq, head.hash = seq, prev
     return rows

@@ -21,8 +21,7 @@ class AuditEventOut(BaseModel):
     prev_hash: str
     hash: str
 
-    # The names verification reads (service.audit.service.ChainedEvent), so that an exported event is
-    # checked by the same code as a stored one (service.audit.check).
+    # the names verification reads (service.audit.service.ChainedEvent), as of a stored event
     @property
     def chain_seq(self) -> int:
         return self.seq

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from service.audit.chain import EVENT_FIELDS, GENESIS, event_hash
+from service.audit.chain import GENESIS, HASHED_FIELDS, event_hash
 from service.audit.repository import AuditRepository
 from service.errors import NotFound
 from service.schemas import MAX_DB_INT
@@ -22,8 +22,7 @@ def model_chain(model_id: int) -> str:
 
 
 def completions_chain(model_id: int) -> str:
-    """The chain of the model's ``deletion.completed`` events (separate, so completions and new versions
-    never wait on one chain head's lock)."""
+    """The chain of the model's ``deletion.completed`` events (its own head lock)."""
     return f"model:{model_id}:completions"
 
 
@@ -36,21 +35,12 @@ def request_version_events(
     event_type: str, model_id: int, version_id: int, seq: int, request_ids: Iterable[int]
 ) -> list[dict[str, Any]]:
     """One event per request that version ``seq`` answers (``deletion.applied``, ``deletion.completed``)."""
-    return [
-        {
-            "event_type": event_type,
-            "model_id": model_id,
-            "request_id": request_id,
-            "version_id": version_id,
-            "payload": {"version_seq": seq},
-        }
-        for request_id in request_ids
-    ]
+    fixed = {"event_type": event_type, "model_id": model_id, "version_id": version_id}
+    return [{**fixed, "request_id": r, "payload": {"version_seq": seq}} for r in request_ids]
 
 
 def requests_chain(model_id: int) -> str:
-    """The chain of what clients did to a model: deletions received and canceled, callbacks (separate,
-    so the API and the worker never wait on one chain head's lock)."""
+    """The chain of what clients did to a model: deletions received and canceled, callbacks."""
     return f"model:{model_id}:requests"
 
 
@@ -92,8 +82,7 @@ class ChainedEvent(Protocol):
 
 def rehash(prev_hash: str, event: ChainedEvent) -> str:
     """The hash ``event`` must carry after ``prev_hash`` (:func:`service.audit.chain.event_hash`)."""
-    fields = {name: getattr(event, name) for name in EVENT_FIELDS}
-    return event_hash(prev_hash, chain=event.chain, chain_seq=event.chain_seq, at=event.at, **fields)
+    return event_hash(prev_hash, {name: getattr(event, name) for name in HASHED_FIELDS})
 
 
 def verify_events(
@@ -103,8 +92,7 @@ def verify_events(
     head_hash: str,
     anchors: Mapping[int, str] | None = None,
 ) -> ChainReport:
-    """Recompute every hash of ``chain`` (events in seq order), compare the last with the head, and
-    require each of ``anchors`` (seq -> hash) to match."""
+    """Recompute ``chain``'s hashes (seq order) against its head and ``anchors`` (seq -> hash)."""
     prev, expected_seq, count = GENESIS, 1, 0
     anchors = anchors or {}
 
@@ -155,9 +143,8 @@ _MODEL_CHAIN = re.compile(r"model:([1-9][0-9]{0,9})")
 def verify(
     repo: AuditRepository, *, chain: str | None = None, model_id: int | None = None
 ) -> list[ChainReport]:
-    """The reports of ``GET /v1/audit/verify``: every chain, or ``chain`` and ``model_id``'s chains. A
-    chain that must exist but has no head is reported failed. NotFound for an unknown model, or a chain
-    with no head and no reason to exist."""
+    """The reports of ``GET /v1/audit/verify`` (every chain, or ``chain`` and ``model_id``'s); a chain that
+    must exist but has no head fails. NotFound for an unknown model or chain."""
     if chain is not None and not _CHAIN_NAME.fullmatch(chain):  # Postgres refuses NUL in a query
         raise NotFound(f"chain {chain!r} does not exist: chain names are printable")
     wanted = None

@@ -1,7 +1,5 @@
-"""Deleting a dataset no live model uses: its rows leave the artifact store; its record and the audit
-log stay. Two transactions: mark it deleted and release its references (409 if a live model uses it);
-then unlink the blobs nothing holds (deleting it again reruns this step).
-"""
+"""Deleting a dataset no live model uses (its record and audit log stay): mark it deleted and release its
+references (409 if a live model uses it), then unlink the blobs nothing holds (rerun if deleted again)."""
 
 from __future__ import annotations
 

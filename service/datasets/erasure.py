@@ -1,7 +1,6 @@
 """Forgetting subjects in a table dataset no model uses (``POST /v1/datasets/{id}/deletions``): one
-idempotent transaction under the dataset row lock drops the rows, swaps the references and logs a
-``dataset.subjects_erased`` event (keyed hashes); the released blobs are unlinked before the answer.
-"""
+idempotent transaction under the row lock drops the rows, swaps the references and logs the keyed hashes;
+the released blobs are unlinked before the answer."""
 
 from __future__ import annotations
 

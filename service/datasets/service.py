@@ -39,12 +39,11 @@ _CONTENT_TYPES = {
 }
 _SUFFIXES = {".csv": "csv", ".gz": "csv", ".npz": "npz", ".parquet": "parquet", ".pq": "parquet"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-LIMIT_SETTINGS = {
+LIMIT_SETTINGS = {  # the setting behind each read limit, named in its 413
     Limit.BYTES: "LETHE_MAX_DECOMPRESSED_BYTES",
     Limit.ROWS: "LETHE_MAX_UPLOAD_ROWS",
     Limit.CELLS: "LETHE_MAX_UPLOAD_CELLS",
 }
-"""The setting behind each read limit, named in the 413 that refuses an upload past it."""
 
 
 @dataclass(frozen=True)
@@ -99,9 +98,8 @@ def printable(name: str) -> str:
 
 
 def usable_id(value: str) -> tuple[str, str | None]:
-    """``value`` as stored (NFC, :func:`unlearning.data.ids.normalize_id`) and why it cannot be an uploaded
-    id (None: it can): it must be one a deletion can name (``service.schemas.SubjectId``) and not start
-    with ``ERASED_PREFIX``, else the subject could never be forgotten. Tables and graphs share this rule."""
+    """``value`` as stored (NFC) and why it cannot be an uploaded id (None: it can): one a deletion can name
+    (``service.schemas.SubjectId``), not starting with ``ERASED_PREFIX``; tables and graphs share the rule."""
     try:
         value = normalize_id(value)
     except InvalidIdError as exc:
@@ -183,7 +181,6 @@ def parse_upload(path: Path, fmt: str, filename: str, options: UploadOptions, li
     except TooLargeError as exc:
         raise too_large(exc, str(target), filename) from exc
     except UnlearningError as exc:
-        # The loader names the temporary file; the user knows the file by the name they uploaded.
         raise Unprocessable(str(exc).replace(str(target), filename), code="invalid_dataset") from exc
     except (ValueError, TypeError, OSError) as exc:  # e.g. numpy refusing a malformed array
         raise Unprocessable(f"{filename}: could not read the file: {exc}", code="invalid_dataset") from exc
@@ -267,8 +264,7 @@ def add_dataset_row(
     class_names: list[str] | None = None,
     **described: Any,
 ) -> DatasetRow:
-    """Add the row, references and ``dataset.created`` event (payload plus ``described``) for arrays
-    already stored; the caller commits."""
+    """Add the row, references and ``dataset.created`` event for stored arrays; the caller commits."""
     row = uow.datasets.add(
         DatasetRow(
             name=printable(name)[:200] or "dataset",

@@ -10,8 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import jsoncodec
 
-# A pooled connection idle for longer than this is pinged before it is handed out.
-PING_AFTER_IDLE_SECONDS = 1.0
+PING_AFTER_IDLE_SECONDS = 1.0  # a pooled connection idle longer is pinged before it is handed out
 
 
 def normalise_url(url: str) -> str:
@@ -23,8 +22,7 @@ def normalise_url(url: str) -> str:
 
 
 def make_engine(url: str, *, pool_size: int = 40) -> Engine:
-    """An engine with a pool as large as the API's thread pool, JSON through :mod:`service.db.jsoncodec`,
-    and pings only after idling (:func:`_ping_when_idle`)."""
+    """An engine pooled as the API's thread pool, JSON through :mod:`service.db.jsoncodec`."""
     url = normalise_url(url)
     engine = create_engine(
         url,
@@ -61,5 +59,4 @@ def _ping_when_idle(engine: Engine) -> None:
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
-    # expire_on_commit=False: objects stay readable after commit, without another round trip
     return sessionmaker(bind=engine, expire_on_commit=False, autoflush=True)

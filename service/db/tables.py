@@ -79,7 +79,6 @@ class Model(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     spec: Mapped[dict[str, Any]]
 
-    # The state columns of every table hold a service.states enum's values, as plain strings.
     status: Mapped[str] = mapped_column(String(16))  # a ModelState
     phase: Mapped[str] = mapped_column(String(64))
     progress: Mapped[float] = mapped_column(Float, default=0.0)
@@ -90,7 +89,6 @@ class Model(Base):
     # reason of a pending POST /v1/models/{id}/retrain, until recorded or failed (a rerun job still retrains)
     retrain_reason: Mapped[str | None] = mapped_column(Text)
 
-    # current state: the serving version, the budget epoch and the durable parts of MethodState
     current_version_id: Mapped[int | None] = mapped_column(
         ForeignKey("model_versions.id", use_alter=True, name="fk_models_current_version_id_model_versions")
     )

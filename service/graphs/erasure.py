@@ -115,8 +115,7 @@ def graph_after_erasure(
     old_training: Mapping[str, Any] | None,
     new_training: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The source dataset's graph manifest without ``request``'s items (``old`` if unchanged); a dataset
-    sharing the model's old blob takes the model's new graph."""
+    """The source dataset's graph manifest without ``request``'s items (``old`` if unchanged)."""
     if old_training is not None and new_training is not None and old["buckets"] == old_training["buckets"]:
         arrays = dict(new_training)
     elif request is not None and request.kinds():

@@ -17,8 +17,7 @@ _DESCRIBED: dict[str, str] = {
 
 
 def check_method_data(method_name: str, method: UnlearningMethod, dataset_id: int, arrays: Any) -> None:
-    """422 when the method cannot train on the dataset's kind (:func:`unlearning.methods.protocol.dataset_kind`),
-    naming the methods that can."""
+    """422 when the method cannot train on the dataset's kind, naming the methods that can."""
     have, want = kind_of(arrays), dataset_kind(method)
     if have == want:
         return

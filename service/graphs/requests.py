@@ -1,8 +1,6 @@
-"""Graph deletion requests: ``edges``, ``node_feature_ids``, ``graph_ids`` and ``graph_nodes``, checked at
-submission and carried through the batch into ``method.forget``. Each forgotten item leaves a
-``sample``-domain tombstone under the key the method reports it by; a missing item answers 409 if it has
-a tombstone, else 422.
-"""
+"""Graph deletion requests (``edges``, ``node_feature_ids``, ``graph_ids``, ``graph_nodes``), checked at
+submission and carried through the batch into ``method.forget``; each forgotten item leaves a tombstone
+under the key the method reports it by (a missing item: 409 with a tombstone, else 422)."""
 
 from __future__ import annotations
 
@@ -88,8 +86,7 @@ def has_graph_items(body: DeletionBody) -> bool:
 def check_submissions(
     uow: UnitOfWork, cache: BlobCache, hasher: SubjectHasher, model_id: int, bodies: Sequence[DeletionBody]
 ) -> list[ApiError | None]:
-    """Per request: None, or its error (422 for kinds the method does not forget; graph items checked
-    against the remaining graph)."""
+    """Per request: None, or its error (an unforgettable kind, or graph items not in the graph)."""
     if not any(has_graph_items(b) for b in bodies):
         return [None] * len(bodies)  # owners and samples only: every method forgets those (no extra query)
     model = uow.models.get(model_id)
@@ -236,8 +233,7 @@ class GraphItems:
     node_features: list[str] = field(default_factory=list)
     graph_ids: list[str] = field(default_factory=list)
     graph_nodes: list[tuple[str, str]] = field(default_factory=list)
-    keys: set[str] = field(default_factory=set)
-    """The keys these items added to the plan's ``samples`` (the ids the method reports them by)."""
+    keys: set[str] = field(default_factory=set)  # added to the plan's ``samples``, as the method names them
 
 
 class PlanLike(Protocol):
@@ -287,7 +283,7 @@ def _attribute(plan: PlanLike, key: str, owner: str) -> None:
 
 
 def with_graph_items(request: ForgetRequest, items: Sequence[GraphItems]) -> ForgetRequest:
-    """``request`` plus the batch's graph items; keys that entered only as graph items leave ``sample_ids``."""
+    """``request`` plus the batch's graph items; keys entered only as graph items leave ``sample_ids``."""
     if not any(i.keys for i in items):
         return request
     keys = {k for i in items for k in i.keys}

@@ -1,9 +1,6 @@
-"""One graph as one safetensors blob (string arrays as JSON metadata; erased ids not stored: a deleted
-node's id and owner become ``~erased:<index>``), and its manifest, a bucket manifest plus ``kind``::
-
-    {"kind": "node_graph", "buckets": {"graph": "<sha256>"}, "name": "cora", "num_classes": 7,
-     "num_samples": 2708, "num_train": 1208, "num_nodes": 2708, "num_edges": 5278, "num_graphs": null}
-"""
+"""One graph as one safetensors blob (string arrays as JSON metadata; a deleted node's id and owner stored
+as ``~erased:<index>``), and its manifest: a bucket manifest plus ``kind``, ``name``, ``num_classes`` and
+the counts of :func:`sizes`."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ from unlearning.data.graphs.collection import GraphCollection
 from unlearning.data.graphs.node_graph import NodeGraph
 from unlearning.methods.protocol import GRAPH_COLLECTION, NODE_GRAPH, TABLE
 
-ERASED_PREFIX = "~erased:"
-"""Tombstoned ids are renamed to this prefix plus an index; uploaded ids may not start with it."""
+ERASED_PREFIX = "~erased:"  # + an index: the id of an erased node or graph; no uploaded id starts with it
 
 AnyGraph = NodeGraph | GraphCollection
 

@@ -1,13 +1,6 @@
 """Graph uploads and the bundled graphs: parsing (every input problem is a 4xx) and storing a dataset.
-
-Formats (``POST /v1/datasets?format=...``; detected from the file name or content type otherwise):
-
-* ``json`` (``.json``, ``.json.gz``): one node graph (``"format": "lethe.node_graph.v1"``);
-* ``npz``: a graph when its ``format`` entry is ``lethe.node_graph.v1`` / ``lethe.graph_collection.v1``
-  (read with ``allow_pickle=False``), else a table;
-* ``tu`` (``format=tu``; plain or gzip): a collection in the IMDB-BINARY / PROTEINS text format.
-Raw JSON and plain-text bodies are refused (415): send multipart or ``application/octet-stream``.
-"""
+Formats: ``json`` (one node graph), ``npz`` (a graph when its ``format`` entry names one, read without
+pickle; else a table), ``tu`` (a collection in the IMDB-BINARY / PROTEINS text format, plain or gzip)."""
 
 from __future__ import annotations
 
@@ -54,8 +47,7 @@ _TU_HINT = (
 
 
 def detect(explicit: str | None, filename: str | None) -> str | None:
-    """The graph format from the ``format`` parameter or the file name (``.json``, ``.json.gz``); None
-    otherwise (NPZ: :func:`is_graph_npz`)."""
+    """The graph format from ``format`` or the file name (``.json[.gz]``); None otherwise."""
     if explicit:
         return explicit if explicit in GRAPH_FORMATS else None
     suffixes = [s.lower() for s in Path(filename).suffixes] if filename else []
@@ -76,15 +68,11 @@ def is_graph_npz(path: Path) -> bool:
     return str(value) in (NODE_GRAPH_FORMAT, COLLECTION_FORMAT)
 
 
-MAX_GRAPH_TEXT_BYTES = 64 * 2**20
-"""A JSON or TU graph is parsed whole, at several times its text's size in memory: its text (decompressed)
-is at most this (413 above it), whatever ``LETHE_MAX_DECOMPRESSED_BYTES`` allows; larger graphs come as NPZ,
-whose arrays are checked before they are read."""
+MAX_GRAPH_TEXT_BYTES = 64 * 2**20  # a JSON or TU graph's text, parsed whole (413 above it: send NPZ)
 
 
 def _text(path: Path, filename: str, limits: ReadLimits, hint: str = "") -> str:
-    """The file's UTF-8 text (gunzipped on the fly), held in memory: 413 past ``limits.max_bytes`` or
-    :data:`MAX_GRAPH_TEXT_BYTES`."""
+    """The file's UTF-8 text (gunzipped): 413 past its bound or :data:`MAX_GRAPH_TEXT_BYTES`."""
     if limits.max_bytes is not None and limits.max_bytes <= MAX_GRAPH_TEXT_BYTES:
         bound = limits  # the deployment's bound is the tighter: its 413 names its setting
     else:
@@ -112,14 +100,11 @@ def _text(path: Path, filename: str, limits: ReadLimits, hint: str = "") -> str:
 
 
 def parse(path: Path, fmt: str, filename: str, name: str | None, limits: ReadLimits) -> AnyGraph:
-    """Read a graph upload into a validated NodeGraph or GraphCollection, its ids in NFC
-    (:func:`normalized_ids`) and its class count bounded by its samples (nodes or graphs)."""
+    """A graph upload, validated, its ids in NFC and its class count bounded by its samples."""
     shown = name or Path(filename).name.split(".")[0] or "graph"
     try:
         if fmt == "json":
             graph: AnyGraph = _parse_json(_text(path, filename, limits), filename)
-            if name:
-                graph = dataclasses.replace(graph, name=name)
         elif fmt == "tu":
             text = _text(path, filename, limits, f"; {_TU_HINT}")
             try:
@@ -128,10 +113,10 @@ def parse(path: Path, fmt: str, filename: str, name: str | None, limits: ReadLim
                 raise Unprocessable(f"{filename}: {exc}; {_TU_HINT}", code="invalid_dataset") from exc
         elif fmt == "npz":
             graph = _parse_npz(path, filename, limits)
-            if name:
-                graph = dataclasses.replace(graph, name=name)
         else:
             raise UnsupportedMediaType(f"format {fmt!r} is not a graph format: use json, npz or tu")
+        if name and fmt != "tu":
+            graph = dataclasses.replace(graph, name=name)
     except TooLargeError as exc:
         raise too_large(exc, str(path), filename) from exc
     except UnlearningError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -24,7 +24,15 @@ from service.db import jsoncodec
 from service.db.tables import Model, ModelVersion
 from service.graphs.storage import decode_graph, graph_digest, graph_nbytes, is_graph
 from service.storage.artifacts import ArtifactStore
-from service.storage.buckets import Bucket, bucket_count, decode_bucket, drop_rows, read_rows, write_buckets
+from service.storage.buckets import (
+    Bucket,
+    bucket_count,
+    decode_bucket,
+    drop_rows,
+    manifest_digest,
+    read_rows,
+    write_buckets,
+)
 from service.storage.hot import HotStore
 from service.storage.statistics import RedisSampleStatistics
 from service.storage.tensors import decode_artifact, decode_weights
@@ -35,12 +43,17 @@ from unlearning.methods.protocol import BudgetPolicy, MethodState, PrivacyTarget
 from unlearning.serialization import json_restore, json_safe  # noqa: F401  (re-exported for the jobs)
 
 _BLOB_KINDS = ("artifact", "weights", "bucket", "graph")
+_ASSEMBLED_KINDS = ("dataset", "graph")  # whole training sets: each deletion round supersedes the last
+MAX_ASSEMBLED = 4
+"""How many assembled datasets and graphs a :class:`BlobCache` holds by default: enough for the jobs a
+worker runs at once to read theirs again (a graph round reads its graph before and after the erasure)."""
 
 
 class BlobCache:
-    """Decoded blobs, LRU, bounded by ``max_bytes``; thread-safe. A value expires ``ttl_seconds`` after
-    loading and is dropped at once when its blob is deleted (:meth:`forget`), so an erased subject's bytes
-    leave every process's memory within the TTL."""
+    """Decoded blobs, LRU, bounded by ``max_bytes`` (each value's estimated footprint, Python objects
+    included) and by ``max_assembled`` whole datasets or graphs; thread-safe. A value expires ``ttl_seconds``
+    after loading and is dropped at once when its blob is deleted (:meth:`forget`), so an erased subject's
+    bytes leave every process's memory within the TTL (the count bound: docs/decisions.md)."""
 
     def __init__(
         self,
@@ -48,12 +61,16 @@ class BlobCache:
         max_bytes: int = 512 * 1024 * 1024,
         ttl_seconds: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        max_assembled: int = MAX_ASSEMBLED,
     ) -> None:
+        if max_assembled < 1:
+            raise ValueError("max_assembled must be at least 1")
         self._artifacts = artifacts
         self._max = max_bytes
+        self._max_assembled = max_assembled
         self._ttl = ttl_seconds
         self._clock = clock
-        # (kind, key) -> (value, bytes, expiry); key: a blob's digest, or a dataset's bucket map (parts in _parts)
+        # (kind, key) -> (value, bytes, expiry); key: a blob's digest, or a dataset's manifest_digest (parts in _parts)
         self._items: OrderedDict[tuple[str, str], tuple[Any, int, float]] = OrderedDict()
         self._parts: dict[str, frozenset[str]] = {}
         self._size = 0
@@ -84,7 +101,15 @@ class BlobCache:
                     self._parts[key] = parts
             while self._size > self._max and len(self._items) > 1:
                 self._drop(next(iter(self._items)))
+            if kind in _ASSEMBLED_KINDS:
+                self._drop_least_recent_assembled()
         return value
+
+    def _drop_least_recent_assembled(self) -> None:
+        """Keep the ``max_assembled`` most recently used datasets and graphs (caller holds the lock)."""
+        assembled = [item for item in self._items if item[0] in _ASSEMBLED_KINDS]  # least recent first
+        for item in assembled[: max(len(assembled) - self._max_assembled, 0)]:
+            self._drop(item)
 
     def _drop(self, item: tuple[str, str]) -> None:
         self._size -= self._items.pop(item)[1]
@@ -126,14 +151,14 @@ class BlobCache:
 
     def bucket(self, digest: str) -> Bucket:
         load = lambda: decode_bucket(self._artifacts.get(digest))
-        return self._get("bucket", digest, load, lambda b: sum(a.nbytes for a in b.arrays.values()))
+        return self._get("bucket", digest, load, bucket_nbytes)
 
     def remember_weights(self, digest: str, weights: torch.Tensor) -> None:
         """Weights just written under ``digest``: the completion publishes them without a read."""
         self._get("weights", digest, lambda: weights.detach().contiguous().cpu().clone(), lambda t: t.nbytes)
 
     def remember_bucket(self, digest: str, bucket: Bucket) -> None:
-        self._get("bucket", digest, lambda: bucket, lambda b: sum(a.nbytes for a in b.arrays.values()))
+        self._get("bucket", digest, lambda: bucket, bucket_nbytes)
 
     def drop_rows(
         self, manifest: Mapping[str, Any], removed: Mapping[str, str], whole_owners: Collection[str] = ()
@@ -151,10 +176,25 @@ class BlobCache:
         if is_graph(manifest):
             digest = graph_digest(manifest)
             return self._get("graph", digest, lambda: decode_graph(self._artifacts.get(digest)), graph_nbytes)
-        key = json.dumps(manifest["buckets"], sort_keys=True)
+        key = manifest_digest(manifest)
         load = lambda: _assemble(read_rows(self.bucket, manifest), manifest)
         parts = frozenset(manifest["buckets"].values())
-        return self._get("dataset", key, load, lambda d: d.features.nbytes, parts)
+        size = lambda d: dataset_nbytes(d) + sys.getsizeof(parts) + sum(sys.getsizeof(p) for p in parts)
+        return self._get("dataset", key, load, size, parts)
+
+
+def bucket_nbytes(bucket: Bucket) -> int:
+    """About how much memory a decoded bucket takes: its arrays, and its id lists with their strings."""
+    ids = (bucket.sample_ids, bucket.owner_ids)
+    strings = sum(sys.getsizeof(s) for column in ids for s in column)
+    return sum(a.nbytes for a in bucket.arrays.values()) + sum(sys.getsizeof(c) for c in ids) + strings
+
+
+def dataset_nbytes(dataset: Dataset) -> int:
+    """About how much memory an assembled dataset adds to its buckets': its arrays, its id tuples and its
+    sample-id index (the id strings are the buckets')."""
+    containers = (dataset.sample_ids, dataset.owner_ids, dataset._index)
+    return int(dataset.features.nbytes + dataset.labels.nbytes) + sum(sys.getsizeof(c) for c in containers)
 
 
 class KnownManifests:

@@ -6,9 +6,9 @@ import builtins  # the class's ``list`` method shadows the builtin in its annota
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import bindparam, delete, func, insert, literal, or_, select, text, update
+from sqlalchemy import and_, bindparam, delete, func, insert, literal, or_, select, text, update
 from sqlalchemy.orm import Session, undefer
 from sqlalchemy.orm.util import identity_key
 
@@ -21,7 +21,7 @@ _IN_CHUNK = 5000  # bound on the size of one IN (...) list
 HEARTBEAT_LOCK_TIMEOUT = "1s"  # a beat waits no longer for a row a job is recording under
 WAITING_PHASE = "waiting"  # a retrain asked for, its job not started
 
-# built once on the Core tables (docs/decisions.md, "Statements built once")
+# built once on the Core tables (docs/decisions.md)
 _models, _versions, _samples = table(Model).c, table(ModelVersion).c, table(Sample).c
 _GET_MODEL = select(Model).where(Model.id == bindparam("model_id")).execution_options(populate_existing=True)
 _GET_VERSION = select(ModelVersion).where(ModelVersion.id == bindparam("version_id"))
@@ -59,8 +59,6 @@ class ModelRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    # -- models -------------------------------------------------------------------------------
-
     def add(self, model: Model) -> Model:
         self.session.add(model)
         self.session.flush()
@@ -75,8 +73,7 @@ class ModelRepository:
         return self.session.scalar(_CURRENT_VERSION, {"model_id": model_id})
 
     def lock(self, model_id: int) -> Model | None:
-        """The per-model lock (``FOR NO KEY UPDATE`` until the transaction ends, so inserting deletion
-        requests is not blocked); loads the manifests."""
+        """The per-model lock (``FOR NO KEY UPDATE``: deletion requests still insert); loads the manifests."""
         return self.session.execute(_LOCK_MODEL, {"model_id": model_id}).scalar_one_or_none()
 
     def list(self, *, after_id: int | None, limit: int) -> list[Model]:
@@ -100,8 +97,7 @@ class ModelRepository:
     def record_progress(
         self, model_id: int, fitting: Sequence[ModelState], phase: str, fraction: float, eta: float | None
     ) -> bool:
-        """A training's progress, written only while the model is in one of the ``fitting`` states;
-        whether it was (False: the model left them, e.g. it was deleted)."""
+        """Record progress while the model is in ``fitting``; whether it was."""
         result = self.session.execute(
             update(Model)
             .where(Model.id == model_id, Model.status.in_(list(fitting)))
@@ -109,15 +105,18 @@ class ModelRepository:
         )
         return bool(getattr(result, "rowcount", 0))
 
-    def stale_jobs(self, statuses: Sequence[ModelState], before: datetime) -> builtins.list[Model]:
-        return list(
-            self.session.scalars(select(Model).where(Model.status.in_(statuses), Model.updated_at < before))
+    def unclaimed_jobs(self, before: datetime) -> builtins.list[Model]:
+        """Trainings still queued and retrains still waiting (no job has claimed them), unchanged since
+        before ``before``."""
+        waiting = or_(
+            Model.status == ModelState.QUEUED,
+            and_(Model.status == ModelState.RETRAINING, Model.phase == WAITING_PHASE),
         )
+        return list(self.session.scalars(select(Model).where(waiting, Model.updated_at < before)))
 
     def heartbeat(self, model_id: int, holding: Sequence[ModelState], claimed_since: datetime) -> bool:
-        """Bump the model's ``updated_at`` if it is in one of the ``holding`` states and was claimed
-        (``started_at``) at or after ``claimed_since``; whether it was. Waits at most
-        :data:`HEARTBEAT_LOCK_TIMEOUT` for the row (then raises)."""
+        """Bump ``updated_at`` if the model is in ``holding`` and was claimed (``started_at``) since
+        ``claimed_since``; whether it was. Raises after :data:`HEARTBEAT_LOCK_TIMEOUT` waiting for the row."""
         self.session.execute(text(f"SET LOCAL lock_timeout = '{HEARTBEAT_LOCK_TIMEOUT}'"))
         result = self.session.execute(
             update(Model)
@@ -131,16 +130,13 @@ class ModelRepository:
         return bool(getattr(result, "rowcount", 0))
 
     def silent_jobs(self, status: ModelState, before: datetime) -> builtins.list[Model]:
-        """Models in ``status`` whose job has started (a phase other than ``waiting``) and whose heartbeat
-        (``updated_at``: :mod:`service.jobs.heartbeat`, progress reports) is older than ``before``."""
+        """Models in ``status`` whose job started (phase not ``waiting``) and beat last before ``before``."""
         started = or_(Model.phase.is_(None), Model.phase != WAITING_PHASE)
         return list(
             self.session.scalars(
                 select(Model).where(Model.status == status, started, Model.updated_at < before)
             )
         )
-
-    # -- versions -----------------------------------------------------------------------------
 
     def add_version(self, version: ModelVersion) -> ModelVersion:
         self.session.add(version)
@@ -163,8 +159,7 @@ class ModelRepository:
         return {version_id: seq for version_id, seq in rows}
 
     def purge_superseded(self, model_id: int, current_version_id: int, at: datetime) -> None:
-        """Drop the weights of every unpurged version but ``current_version_id`` (rows, certificates and
-        digests stay)."""
+        """Drop the weights of every unpurged version but ``current_version_id`` (the rows stay)."""
         self.session.execute(
             _PURGE_SUPERSEDED, {"b_model_id": model_id, "b_current_id": current_version_id, "b_at": at}
         )
@@ -210,15 +205,7 @@ class ModelRepository:
 
     def owners_of(self, model_id: int, sample_ids: Sequence[str]) -> dict[str, str]:
         """sample id -> owner id for the samples among ``sample_ids`` still in the training set."""
-        out: dict[str, str] = {}
-        for chunk in _chunks(list(sample_ids)):
-            rows = self.session.execute(
-                select(Sample.sample_id, Sample.owner_id).where(
-                    Sample.model_id == model_id, Sample.sample_id.in_(chunk)
-                )
-            )
-            out.update({r.sample_id: r.owner_id for r in rows})
-        return out
+        return self._lookup(Sample.sample_id, Sample.owner_id, Sample.model_id == model_id, sample_ids)
 
     def samples_of_owners(self, model_id: int, owner_ids: Sequence[str]) -> dict[str, builtins.list[str]]:
         """owner id -> remaining sample ids, for the owners among ``owner_ids`` with any left."""
@@ -242,14 +229,15 @@ class ModelRepository:
 
     def erased_among(self, model_id: int, hashes: Sequence[str]) -> dict[str, int | None]:
         """subject hash -> the request that erased it, for the hashes among ``hashes`` already erased."""
-        out: dict[str, int | None] = {}
-        for chunk in _chunks(list(hashes)):
-            rows = self.session.execute(
-                select(ErasedSubject.subject_hash, ErasedSubject.request_id).where(
-                    ErasedSubject.model_id == model_id, ErasedSubject.subject_hash.in_(chunk)
-                )
-            )
-            out.update({r.subject_hash: r.request_id for r in rows})
+        of_model = ErasedSubject.model_id == model_id
+        return self._lookup(ErasedSubject.subject_hash, ErasedSubject.request_id, of_model, hashes)
+
+    def _lookup(self, key: Any, value: Any, where: Any, keys: Sequence[str]) -> dict[Any, Any]:
+        """``key`` -> ``value`` of the rows matching ``where`` whose ``key`` is among ``keys``."""
+        out: dict[Any, Any] = {}
+        for chunk in _chunks(list(keys)):
+            rows = self.session.execute(select(key, value).where(where, key.in_(chunk)))
+            out.update((k, v) for k, v in rows)
         return out
 
     def erased_hashes(self, model_id: int, kind: str, budget_epoch: int | None = None) -> set[str]:

@@ -1,12 +1,7 @@
-"""Deleting a model: its training arrays, statistics, weights, ``samples`` rows and Redis keys go;
-versions, certificates, ledger, audit log, tombstones and request histories stay. The source dataset
-keeps its own arrays.
-
-Two transactions, so no request completes while its subject's bytes remain:
-1. :func:`retire` (model lock): status ``deleted``, references released, samples deleted, audit event.
-2. :func:`erase_retired` (idempotent; the reconciler reruns it): Redis tombstone, unlink unheld blobs,
-   clear blob pointers, complete the waiting requests.
-"""
+"""Deleting a model in two transactions, so no request completes while its subject's bytes remain:
+:func:`retire` (status ``deleted``, references released, samples deleted) and :func:`erase_retired`
+(idempotent: Redis tombstone, unheld blobs unlinked, waiting requests completed). Versions, certificates,
+ledger, audit log, tombstones and request histories stay; the source dataset keeps its own arrays."""
 
 from __future__ import annotations
 
@@ -105,12 +100,6 @@ def _complete(
             request.callback_state = CallbackState.PENDING
             uow.outbox.add("deliver_callback", {"request_id": request.id, "attempt": 1})
     uow.deletions.add_events([(r.id, RequestState.COMPLETED, now, detail) for r in requests])
-    uow.audit.append_many(
-        model_chain(model_id),
-        [
-            {"event_type": "deletion.completed", "model_id": model_id, "request_id": r.id, "version_id": None,
-             "payload": {"reason": "model_deleted"}}
-            for r in requests
-        ],
-        head,
-    )
+    done = {"event_type": "deletion.completed", "model_id": model_id, "version_id": None}
+    events = [{**done, "request_id": r.id, "payload": {"reason": "model_deleted"}} for r in requests]
+    uow.audit.append_many(model_chain(model_id), events, head)

@@ -45,6 +45,4 @@ def _check_retrainable(model: Model) -> None:
             code="not_ready",
         )
     if model.training is None or model.train_size == 0:
-        raise Conflict(
-            f"model {model.id} has no training data left to retrain on", code="no_training_data"
-        )
+        raise Conflict(f"model {model.id} has no training data left to retrain on", code="no_training_data")

@@ -46,12 +46,8 @@ class ModelIn(Strict):
         def check(v: Any) -> None:
             if isinstance(v, float) and not math.isfinite(v):
                 raise ValueError("hyperparameters must be finite numbers")
-            if isinstance(v, dict):
-                for x in v.values():
-                    check(x)
-            if isinstance(v, list):
-                for x in v:
-                    check(x)
+            for x in v.values() if isinstance(v, dict) else v if isinstance(v, list) else ():
+                check(x)
 
         check(value)
         return value
@@ -86,7 +82,9 @@ class QualityOut(BaseModel):
     verdict: Literal["ok", "below_baseline", "no_better_than_majority", "not_measured"]
     flagged: bool = Field(description="No better than always answering the majority class")
     accuracy: float | None = Field(description="Held-out accuracy of the method with this configuration")
-    majority_rate: float | None = Field(description="Held-out accuracy of always answering the majority class")
+    majority_rate: float | None = Field(
+        description="Held-out accuracy of always answering the majority class"
+    )
     baseline_accuracy: float | None = Field(
         description="Held-out accuracy of a plain L2-regularised logistic regression (C = 1, standardised "
         "columns) fitted on the same rows in the same job"
@@ -110,8 +108,9 @@ class ModelOut(BaseModel):
     status: StatusOut
     current_version: int | None = Field(description="Sequence number of the served version")
     quality: QualityOut | None = Field(
-        None, description="Held-out quality of the served version's (re)training (table models; null before "
-        "the first version and for graph models)"
+        None,
+        description="Held-out quality of the served version's (re)training (table models; null before "
+        "the first version and for graph models)",
     )
     budget_epoch: int
     train_size: int
@@ -168,7 +167,8 @@ class PredictIn(Strict):
 class Prediction(BaseModel):
     label: int = Field(description="The predicted class index")
     class_name: str | None = Field(
-        None, description="The class's name, when the dataset's labels were names (its class_names); else null"
+        None,
+        description="The class's name, when the dataset's labels were names (its class_names); else null",
     )
     probabilities: list[float] | None = Field(
         None,
@@ -190,8 +190,12 @@ class HyperParameterOut(BaseModel):
         description="JSON type of the value (an integer_list's bounds apply to each item)"
     )
     description: str
-    default: Any = Field(description="The method's current default; null: derived from the data (default_note)")
-    default_note: str | None = Field(description="What a null default stands for; null when the default is a value")
+    default: Any = Field(
+        description="The method's current default; null: derived from the data (default_note)"
+    )
+    default_note: str | None = Field(
+        description="What a null default stands for; null when the default is a value"
+    )
     minimum: int | float | None = None
     maximum: int | float | None = None
     exclusive_minimum: bool = Field(False, description="The value must lie above minimum, not at it")

@@ -84,9 +84,8 @@ def list_methods() -> list[MethodOut]:
 
 
 def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn, limits: JobLimits) -> Model:
-    """Validate the registration (422 for bad hyperparameters, privacy target, family or data, and for a
-    training job whose estimate exceeds ``limits``), lock the dataset, insert the model with its samples
-    and references, and queue its training; caller commits."""
+    """Validate the registration (422, also for a job estimated over ``limits``), insert the model with its
+    samples and references, and queue its training; the caller commits."""
     try:
         method = get_method(body.method)
     except UnlearningError as exc:
@@ -109,7 +108,7 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn, limits: JobLimits
     config = {**defaults, **body.hyperparameters, "family": body.family}
     try:
         method.check_config(config)
-        PrivacyTarget(body.privacy.epsilon, body.privacy.delta, body.release_mode)
+        target = PrivacyTarget(body.privacy.epsilon, body.privacy.delta, body.release_mode)
         BudgetPolicy(**body.budget_policy.model_dump())
     except UnlearningError as exc:
         raise from_unlearning_error(exc) from exc
@@ -129,11 +128,7 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn, limits: JobLimits
     shape = DataShape(dataset.num_rows, math.prod(dataset.feature_shape), dataset.num_classes)
     if isinstance(method, ChecksRegistration):
         try:
-            method.check_registration(
-                config,
-                PrivacyTarget(body.privacy.epsilon, body.privacy.delta, body.release_mode),
-                shape.features,
-            )
+            method.check_registration(config, target, shape.features)
         except UnlearningError as exc:
             raise from_unlearning_error(exc) from exc
     spec = _check_architecture(
@@ -167,20 +162,12 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn, limits: JobLimits
     data = cache.dataset(dataset.arrays)
     uow.models.add_samples(model.id, *subjects_of(data))  # a graph's samples: its live nodes, or its graphs
     uow.refs.hold(model_holder(model.id), digests(dataset.arrays))
+    logged = ("method", "family", "release_mode", "epsilon", "delta", "policy", "train_size")
     uow.audit.append(
         model_chain(model.id),
         "model.registered",
         model_id=model.id,
-        payload={
-            "dataset_id": dataset.id,
-            "method": body.method,
-            "family": body.family,
-            "release_mode": body.release_mode,
-            "epsilon": body.privacy.epsilon,
-            "delta": body.privacy.delta,
-            "policy": body.budget_policy.model_dump(),
-            "train_size": dataset.num_rows,
-        },
+        payload={"dataset_id": dataset.id, **{name: getattr(model, name) for name in logged}},
     )
     uow.outbox.add("train_model", {"model_id": model.id}, dedupe_key=f"train:{model.id}")
     return model
@@ -224,8 +211,7 @@ def _check_architecture(
     check_job: Callable[[], None],
 ) -> ModelSpec:
     """The ModelSpec (``cnn``: the feature shape; others: flattened), built once to check it; 422 if it
-    cannot be built or an MLP is too large. ``check_job`` runs after the size checks and before the model
-    is built (nothing of the model's size is allocated for a job refused by its estimate)."""
+    cannot be built or an MLP is too large. ``check_job`` runs before the model is built."""
     shape = tuple(feature_shape) if family == "cnn" else (math.prod(feature_shape),)
     spec = ModelSpec(family=family, input_shape=shape, num_classes=num_classes)
     try:
@@ -311,7 +297,6 @@ def require_live(model: Model) -> None:
 def current_version(uow: UnitOfWork, model: Model) -> ModelVersion:
     require_live(model)
     if model.current_version_id is None and model.status == ModelState.FAILED:
-        # It will never have one: waiting would be in vain (as /retrain and /deletions answer).
         raise Conflict(
             f"model {model.id} failed to train ({model.error}); register it again", code="model_failed"
         )
@@ -328,14 +313,12 @@ def current_version(uow: UnitOfWork, model: Model) -> ModelVersion:
 
 def released_weights(artifacts: ArtifactStore, version: ModelVersion) -> bytes:
     """The version's released weights (safetensors); 409 ``superseded`` once a newer version purged them."""
-    if version.released_blob is None:
-        raise Conflict(f"the weights of version {version.seq} were superseded; retry", code="superseded")
     try:
-        return artifacts.get(version.released_blob)
+        if version.released_blob is not None:
+            return artifacts.get(version.released_blob)
     except BlobNotFound:
-        raise Conflict(
-            f"the weights of version {version.seq} were superseded; retry", code="superseded"
-        ) from None
+        pass
+    raise Conflict(f"the weights of version {version.seq} were superseded; retry", code="superseded")
 
 
 def serving(uow: UnitOfWork, hot: HotStore, cache: BlobCache, model: Model) -> ServingWeights:
@@ -355,8 +338,7 @@ def serving(uow: UnitOfWork, hot: HotStore, cache: BlobCache, model: Model) -> S
 def predict(
     uow: UnitOfWork, cache: BlobCache, model: Model, served: ServingWeights, body: PredictIn
 ) -> PredictOut:
-    """Predictions of the served version: from the method if it is ``PredictsOwnData`` (or the spec is
-    not flat), else by the flat model on the instances or the named remaining rows."""
+    """Predictions of the served version, by the method (``PredictsOwnData``) or the flat model."""
     spec = _flat_spec(served.spec)
     try:
         if isinstance(get_method(model.method), PredictsOwnData) or spec is None:
@@ -414,6 +396,10 @@ def _flat_predictions(served: ServingWeights, spec: ModelSpec, model_id: int, ro
             "the scale the model was trained on",
             code="overflow",
         )
+    return _from_probabilities(probabilities)
+
+
+def _from_probabilities(probabilities: Any) -> list[Prediction]:
     return [
         Prediction(label=int(p.argmax()), probabilities=[round(float(v), 7) for v in p])
         for p in probabilities
@@ -449,9 +435,6 @@ def _method_predictions(
             state, data, instances=instances, item_ids=body.sample_ids
         )
         if probabilities is not None:
-            return [
-                Prediction(label=int(p.argmax()), probabilities=[round(float(v), 7) for v in p])
-                for p in probabilities
-            ]
+            return _from_probabilities(probabilities)
     labels = method.predict(state, data, instances=instances, item_ids=body.sample_ids)
     return [Prediction(label=int(label)) for label in labels]

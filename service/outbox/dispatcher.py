@@ -1,8 +1,5 @@
-"""Moves committed outbox messages to the task queue, at least once (every job is idempotent).
-
-A commit publishes its own messages at once (:meth:`Dispatcher.publish`); a periodic daemon pass in
-every process publishes whatever else is due.
-"""
+"""Moves committed outbox messages to the task queue, at least once: a commit publishes its own at once,
+a periodic pass in every process whatever else is due."""
 
 from __future__ import annotations
 
@@ -32,8 +29,7 @@ class Dispatcher:
         self._passes.wake()
 
     def publish(self, messages: list[Message]) -> None:
-        """Publish just-committed messages now (rows locked SKIP LOCKED, so the periodic pass skips
-        them) and mark them dispatched; if the broker is down they stay pending."""
+        """Publish just-committed messages now; if the broker is down they stay pending."""
         self._send(lambda outbox: outbox.claim(m.id for m in messages), from_commit=True)
 
     def dispatch_due(self) -> int:
@@ -41,7 +37,9 @@ class Dispatcher:
         now = utcnow()
         return self._send(lambda outbox: outbox.claim_due(now, _BATCH), from_commit=False)
 
-    def _send(self, claim: Callable[[OutboxRepository], Iterable[OutboxMessage]], *, from_commit: bool) -> int:
+    def _send(
+        self, claim: Callable[[OutboxRepository], Iterable[OutboxMessage]], *, from_commit: bool
+    ) -> int:
         """Send what ``claim`` locks, stopping at the first failure, and mark the sent dispatched; returns
         how many. ``from_commit``: the mark skips the WAL flush and a failure wakes the periodic pass."""
         with self._sessions() as session:
@@ -53,7 +51,9 @@ class Dispatcher:
                 try:
                     self._queue.send(message.task, dict(message.payload))
                 except Exception:
-                    log.warning("could not publish %s; the dispatcher will retry", message.task, exc_info=True)
+                    log.warning(
+                        "could not publish %s; the dispatcher will retry", message.task, exc_info=True
+                    )
                     if from_commit:
                         self.kick()
                     break

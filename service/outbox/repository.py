@@ -49,8 +49,7 @@ class OutboxRepository:
         self.session.execute(text("SET LOCAL synchronous_commit = off"))
 
     def claim_due(self, now: datetime, limit: int) -> list[OutboxMessage]:
-        # SKIP LOCKED lets several dispatchers (API and worker processes) share the outbox without
-        # sending a message twice.
+        # SKIP LOCKED: the dispatchers of every process share the outbox, never sending a message twice
         stmt = (
             select(OutboxMessage)
             .where(OutboxMessage.dispatched_at.is_(None), OutboxMessage.available_at <= now)

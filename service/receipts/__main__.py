@@ -1,8 +1,5 @@
 """``python -m service.receipts``: make a signing key, or verify a receipt without trusting the service.
 
-- ``new-key``: print a fresh Ed25519 private key (base64url) for LETHE_RECEIPT_SIGNING_KEY;
-- ``verify RECEIPT.json --public-key=KEY``: check a receipt against pinned public keys (the one it names
-  is used); with ``--url``, also its event in the audit chain, verified over the API.
 Exit status 0 when everything checked holds, 1 otherwise, 2 for unusable input.
 """
 
@@ -16,16 +13,8 @@ from pathlib import Path
 import httpx
 
 from service.audit.check import service_client
-from service.receipts.verification import (
-    UnusableInput,
-    check_receipt,
-    keys_by_id,
-    logged_problem,
-    split_answer,
-)
+from service.receipts.verification import UnusableInput, check_receipt, keys_by_id, split_answer
 from service.signing import new_seed
-
-__all__ = ["logged_problem", "main"]
 
 
 def main(argv: list[str] | None = None, client: httpx.Client | None = None) -> int:

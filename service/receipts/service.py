@@ -88,7 +88,9 @@ def issue(
         model_deleted=version is None,
         audit=_audit(uow, request.id),
     )
-    return ReceiptOut(receipt=receipt, key_id=signer.key_id, signature=signer.sign(receipt.model_dump(mode="json")))
+    return ReceiptOut(
+        receipt=receipt, key_id=signer.key_id, signature=signer.sign(receipt.model_dump(mode="json"))
+    )
 
 
 def _subjects(

@@ -43,10 +43,8 @@ def check_receipt(
     client: httpx.Client | None = None,
     say: Callable[[str], None] = print,
 ) -> bool:
-    """Whether the receipt holds: signed by the key it names, which must be among ``public_keys``, and,
-    with ``client``, logged (:func:`logged_problem`). ``say`` gets one line per finding (``valid: ...``,
-    ``logged: ...`` or ``INVALID: ...``). Raises :class:`UnusableInput` for input that is no receipt or
-    no key, and ``httpx.HTTPError`` when the audit log cannot be read."""
+    """Whether the receipt is signed by the key it names, among ``public_keys``, and (with ``client``)
+    logged; ``say`` gets one line per finding. Raises :class:`UnusableInput`, ``httpx.HTTPError``."""
     receipt, signature = split_answer(answer)
     given = keys_by_id(public_keys)
     wanted = receipt.get("key_id")
@@ -72,8 +70,7 @@ def check_receipt(
 
 
 def logged_problem(client: httpx.Client, receipt: Mapping[str, Any]) -> str | None:
-    """None when the audit log, checked from outside, holds the receipt's ``deletion.completed`` event;
-    otherwise what is wrong."""
+    """What is wrong with the receipt's audit event, checked from outside; None: nothing."""
     audit = receipt.get("audit")
     if not audit:
         return "the receipt names no audit event to check"
@@ -84,11 +81,8 @@ def logged_problem(client: httpx.Client, receipt: Mapping[str, Any]) -> str | No
     event = next((e for e in read.get(audit["chain"], []) if e.seq == audit["seq"]), None)
     if event is None:
         return f"the audit chain {audit['chain']} has no event {audit['seq']}"
-    if (event.hash, event.type, event.request_id) != (
-        audit["hash"],
-        audit["event_type"],
-        receipt["request_id"],
-    ):
+    expected = (audit["hash"], audit["event_type"], receipt["request_id"])
+    if (event.hash, event.type, event.request_id) != expected:
         return (
             f"event {audit['seq']} of {audit['chain']} is {event.type} of request {event.request_id} with hash "
             f"{event.hash}, not the receipt's"

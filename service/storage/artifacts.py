@@ -37,17 +37,11 @@ Referenced = Callable[[list[str]], AbstractContextManager[set[str]]]
 
 class ArtifactStore(Protocol):
     def put(self, data: bytes) -> str: ...
-
     def get(self, digest: str) -> bytes: ...
-
     def exists(self, digest: str) -> bool: ...
-
     def delete(self, digest: str) -> None: ...
-
     def digests(self) -> Iterator[str]: ...
-
     def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]: ...
-
     def writable(self) -> bool: ...
 
 
@@ -69,8 +63,7 @@ def digest_of(data: bytes) -> str:
 
 
 class LocalArtifactStore:
-    """Blobs under ``root/ab/<digest>``, written to a temporary file and renamed into place. ``durable``:
-    :meth:`put` returns once file and directory entry are fsynced (unlinks are not: docs/decisions.md).
+    """Blobs under ``root/ab/<digest>``, renamed into place (``durable``: fsynced with their directory entry);
     ``put`` of an existing blob refreshes its mtime, which :meth:`sweep` reads as "about to be referenced"."""
 
     def __init__(self, root: Path, *, durable: bool = True) -> None:
@@ -123,9 +116,8 @@ class LocalArtifactStore:
         self._path(digest).unlink(missing_ok=True)
 
     def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]:
-        """Delete unreferenced blobs not put for ``older_than_seconds`` (and stale temporary files); returns
-        their digests. A candidate is renamed aside first and restored if a put touched it since listing;
-        files a crashed sweep left aside are restored if referenced, else deleted."""
+        """Delete and return the unreferenced blobs not put for ``older_than_seconds``: each is renamed aside,
+        restored if a put touched it since listing (leftovers of a crashed sweep: restored if referenced)."""
         cutoff = time.time() - older_than_seconds
         candidates: dict[str, int] = {}
         leftovers: list[Path] = []

@@ -117,9 +117,8 @@ def drop_rows(
     remember: Callable[[str, Bucket], None] | None = None,
     whole_owners: Collection[str] = (),
 ) -> tuple[dict[str, Any], set[str]]:
-    """Remove the ``removed`` samples (sample id -> owner id) from their buckets; returns the new manifest
-    and the digests it no longer names. ``remember(digest, bucket)`` gets each bucket written;
-    ``whole_owners`` (all rows removed) have their single-owner buckets dropped unread."""
+    """Remove ``removed`` (sample id -> owner id) from their buckets: the new manifest and the digests it
+    drops. ``remember`` gets each bucket written; ``whole_owners``' own buckets are dropped unread."""
     affected: dict[str, set[str]] = defaultdict(set)
     owners_in: dict[str, set[str]] = defaultdict(set)
     for sid, owner in removed.items():

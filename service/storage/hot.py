@@ -1,12 +1,8 @@
-"""The Redis hot store: each model's serving pointer and weights, and the per-sample statistics. Not a
-system of record: every key is rebuilt from Postgres and the artifact store. Keys, all under ``{prefix}:m:{model_id}:``:
-- ``serving``      hash: seq, version_id, dtype, spec, weights (raw little-endian bytes)
-- ``stats:meta``   hash: seq (the version whose statistics are loaded), dim, dtype
-- ``stats:vec``    hash: sample id -> vector bytes
-- ``stats:owner``  hash: sample id -> owner id
-- ``stats:osum``   hash: owner id -> sum of the owner's remaining vectors (bytes)
-- ``stats:omem``   hash: owner id -> JSON list of the owner's remaining sample ids
-"""
+"""The Redis hot store, rebuilt from Postgres and the artifact store (not a system of record). Keys under
+``{prefix}:m:{model_id}:``: ``serving`` (hash: seq, version_id, dtype, spec, weights as raw little-endian
+bytes); ``stats:meta`` (hash: the loaded statistics' seq, dim, dtype); ``stats:vec`` and ``stats:owner``
+(sample id -> vector bytes, owner id); ``stats:osum`` and ``stats:omem`` (owner id -> sum of the owner's
+remaining vectors, JSON list of its remaining sample ids)."""
 
 from __future__ import annotations
 
@@ -69,13 +65,11 @@ class ServingWeights:
     weights: torch.Tensor
 
 
-RETIRED_SEQ = 2**62
-"""The serving pointer's sequence number once a model is deleted: above any version's."""
+RETIRED_SEQ = 2**62  # the serving pointer's seq once a model is deleted: above any version's
 
 
-# Compare-and-set of the serving pointer. KEYS[1]: the serving hash; ARGV: seq, version_id, dtype, spec,
-# weights. Returns 1 if the pointer is at seq afterwards, 0 if it stays at a later seq (or the tombstone).
-# Seqs stay far below 2^53 and RETIRED_SEQ = 2^62 is exact as a double, so Lua compares them exactly.
+# Compare-and-set of the serving pointer (KEYS[1]); ARGV: seq, version_id, dtype, spec, weights. 1 if the
+# pointer is at seq afterwards, 0 if at a later one (seqs and RETIRED_SEQ are exact as Lua doubles).
 _PUBLISH = """
 local current = redis.call('HGET', KEYS[1], 'seq')
 if current and tonumber(current) >= tonumber(ARGV[1]) then
@@ -114,8 +108,7 @@ class HotStore:
     def set_serving(
         self, model_id: int, version_id: int, seq: int, spec: dict[str, Any], weights: torch.Tensor
     ) -> bool:
-        """Atomically point the model at version ``seq`` unless a newer version (or the tombstone) is
-        served; True when the pointer is (now or already) at ``seq``."""
+        """Point the model at ``seq`` unless a newer one is served; whether it is at ``seq``."""
         published = self.script(_PUBLISH)(
             keys=[self.key(model_id, "serving")],
             args=[seq, version_id, dtype_name(weights.dtype), json.dumps(spec), to_bytes(weights)],
@@ -134,8 +127,7 @@ class HotStore:
         )
 
     def retire(self, model_id: int) -> None:
-        """Delete the model's keys and leave a tombstone serving pointer (no weights, ``RETIRED_SEQ``), so
-        no racing writer can publish again."""
+        """Delete the model's keys, leaving a tombstone pointer (``RETIRED_SEQ``) no writer passes."""
         serving = self.key(model_id, "serving")
         pipe = self.client.pipeline()
         pipe.delete(serving, self.key(model_id, "update-pending"))
@@ -152,7 +144,6 @@ class HotStore:
             return True  # cannot tell: publish (a redundant job is harmless)
 
     def release_update(self, model_id: int) -> None:
-        """Release the update claim."""
         self.client.delete(self.key(model_id, "update-pending"))
 
     def stats_meta(self, model_id: int) -> dict[str, str] | None:
@@ -182,21 +173,20 @@ class HotStore:
         for i, (sid, oid) in enumerate(zip(sample_ids, owner_ids)):
             members[oid].append(sid)
             sums[oid] = sums[oid] + rows[i] if oid in sums else rows[i].copy()
-        vec_key, owner_key = self.key(model_id, "stats:vec"), self.key(model_id, "stats:owner")
-        osum_key, omem_key = self.key(model_id, "stats:osum"), self.key(model_id, "stats:omem")
+        keys = dict(zip(("meta", "vec", "owner", "osum", "omem"), self._stats_keys(model_id), strict=True))
         pipe = self.client.pipeline(transaction=False)
         for start in range(0, len(sample_ids), _CHUNK):
             stop = start + _CHUNK
             pipe.hset(
-                vec_key,
+                keys["vec"],
                 mapping={sid: rows[i].tobytes() for i, sid in enumerate(sample_ids[start:stop], start)},
             )
-            pipe.hset(owner_key, mapping=dict(zip(sample_ids[start:stop], owner_ids[start:stop])))
+            pipe.hset(keys["owner"], mapping=dict(zip(sample_ids[start:stop], owner_ids[start:stop])))
         owners = list(members)
         for start in range(0, len(owners), _CHUNK):
             chunk = owners[start : start + _CHUNK]
-            pipe.hset(osum_key, mapping={o: sums[o].tobytes() for o in chunk})
-            pipe.hset(omem_key, mapping={o: json.dumps(members[o]) for o in chunk})
-        meta_key = self.key(model_id, "stats:meta")  # written last: a reader seeing ``seq`` sees every row
-        pipe.hset(meta_key, mapping={"seq": seq, "dim": int(vectors.shape[1]), "dtype": dtype})
+            pipe.hset(keys["osum"], mapping={o: sums[o].tobytes() for o in chunk})
+            pipe.hset(keys["omem"], mapping={o: json.dumps(members[o]) for o in chunk})
+        # the meta last: a reader seeing its ``seq`` sees every row
+        pipe.hset(keys["meta"], mapping={"seq": seq, "dim": int(vectors.shape[1]), "dtype": dtype})
         pipe.execute()

@@ -1,7 +1,5 @@
-"""SQL for artifact references: which holder (``dataset:3``, ``model:5``) holds which blob; a blob no holder
-names is garbage. Collecting it and committing new references exclude each other (one advisory lock), and
-a committing writer re-checks its blobs exist (a put may have found a garbage blob with the same bytes).
-"""
+"""SQL for artifact references (holder ``dataset:3``, ``model:5`` -> blob); an unheld blob is garbage.
+Collecting and committing new references exclude each other (one advisory lock)."""
 
 from __future__ import annotations
 
@@ -77,15 +75,11 @@ class ArtifactRefRepository:
     def unreferenced(self, blobs: Iterable[str]) -> set[str]:
         """The blobs no visible reference holds; safe to delete only under :meth:`lock_for_collection`."""
         blobs = set(blobs)
-        if not blobs:
-            return set()
-        held = set(self.session.scalars(_HELD, {"blobs": list(blobs)}))
-        return blobs - held
+        return blobs - set(self.session.scalars(_HELD, {"blobs": list(blobs)})) if blobs else set()
 
 
 def rewrite_if_collected(attempt: Callable[[], T], *, job: str, detail: str = "") -> T:
-    """``attempt()`` (which must put its own blobs), rerun on :class:`BlobVanished` up to 3 runs; the
-    last BlobVanished propagates. ``job`` labels the metric; ``detail`` goes to the log."""
+    """``attempt()`` (putting its own blobs), run up to 3 times on :class:`BlobVanished`."""
     for n in range(1, _ATTEMPTS):
         try:
             return attempt()

@@ -1,8 +1,5 @@
-"""The artifact store on S3 or an S3-compatible store: objects ``<prefix><sha256>``
-(``LETHE_ARTIFACT_URL=s3://bucket/prefix``, ``LETHE_S3_ENDPOINT_URL``), with the semantics of
-:class:`service.storage.artifacts.LocalArtifactStore` (``LastModified`` standing for the mtime; a missed
-same-second put is caught by the writer's commit check).
-"""
+"""The artifact store on S3 or an S3-compatible store: objects ``<prefix><sha256>``, with the semantics of
+:class:`service.storage.artifacts.LocalArtifactStore` (``LastModified`` standing for the mtime)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""``SampleStatistics`` over the Redis hot store: ``remove`` stages removals in memory (later reads see
-them), :meth:`RedisSampleStatistics.apply` writes them under the model lock. Redis carries the version's
-seq, so a Redis ahead of a failed commit is detected and rebuilt.
-"""
+"""``SampleStatistics`` over the Redis hot store: ``remove`` stages removals in memory, :meth:`apply`
+writes them under the model lock, guarded by the version seq Redis carries."""
 
 from __future__ import annotations
 
@@ -21,10 +19,9 @@ class HotStoreLost(RuntimeError):
     """The statistics vanished from Redis during an update (a flush): rebuild and retry."""
 
 
-# Atomically apply staged removals if meta.seq is still base seq (else return 0, writing nothing).
-# KEYS: meta, vec, owner, osum, omem. ARGV: base seq, new seq, n removed, their ids, n partly removed
-# owners, (owner, sum, members) each, then the owners leaving whole. HDEL in slices: Lua's unpack is
-# bounded by its C stack.
+# Apply staged removals if meta.seq is still base seq (else 0). KEYS: meta, vec, owner, osum, omem. ARGV:
+# base seq, new seq, n removed, their ids, n partly removed owners, (owner, sum, members) each, then the
+# owners leaving whole. HDEL in slices: Lua's unpack is bounded by its C stack.
 _APPLY = """
 if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[1] then return 0 end
 local function hdel(key, first, last)
@@ -73,12 +70,22 @@ class RedisSampleStatistics:
         self._k = {n: hot.key(model_id, f"stats:{n}") for n in ("vec", "owner", "osum", "omem", "meta")}
         self._keys = [self._k[n] for n in ("meta", "vec", "owner", "osum", "omem")]  # _APPLY's order
 
+    def _hot_store_lost(self) -> HotStoreLost | None:
+        """A flush under the update, told apart from a sample that is not there: the meta key is gone."""
+        if self.loaded_seq() is None:
+            return HotStoreLost(f"statistics of model {self._model_id} are no longer in Redis")
+        return None
+
     def _missing_sample(self, sample_id: str) -> Exception:
+        if lost := self._hot_store_lost():
+            return lost
         if sample_id in self._removed or sample_id in self._erased_samples:
             return AlreadyDeletedError(f"sample {sample_id!r} has already been forgotten")
         return UnknownSampleError(f"sample id {sample_id!r} was not in this model's training set")
 
     def _missing_owner(self, owner_id: str) -> Exception:
+        if lost := self._hot_store_lost():
+            return lost
         if owner_id in self._erased_owners:
             return AlreadyDeletedError(f"owner {owner_id!r} has already been forgotten")
         return UnknownSampleError(f"owner {owner_id!r} has no samples in this model's training set")
@@ -191,9 +198,8 @@ class RedisSampleStatistics:
         return None if seq is None else int(seq)
 
     def apply(self, base_seq: int, new_seq: int) -> None:
-        """Atomically write the staged removals and mark the statistics as version ``new_seq``. Owners
-        leaving whole are dropped unread; others get their sums reduced. Raises :class:`HotStoreLost`,
-        writing nothing, if Redis no longer holds version ``base_seq``."""
+        """Atomically write the staged removals as version ``new_seq`` (owners leaving whole dropped unread);
+        :class:`HotStoreLost`, writing nothing, if Redis no longer holds version ``base_seq``."""
         by_owner: dict[str, list[str]] = defaultdict(list)
         for sid, owner in self._removed.items():
             by_owner[owner].append(sid)

@@ -20,8 +20,7 @@ def _header(blob: bytes) -> tuple[int, dict[str, Any]]:
 
 
 def canonical(blob: bytes) -> bytes:
-    """The same safetensors file with a deterministic header (sorted ``__metadata__``, compact JSON,
-    space-padded), so equal content gets an equal digest; the data bytes are unchanged."""
+    """The blob with a deterministic header, so equal content gets an equal digest."""
     size, header = _header(blob)
     if "__metadata__" in header:
         header["__metadata__"] = dict(sorted(header["__metadata__"].items()))

@@ -1,7 +1,8 @@
 """Liveness of running trainings and retrains by heartbeat (service.jobs.heartbeat), on the real Postgres:
 a job that holds its model keeps it alive outside its fit too; a job that did not claim the model never
 does; and the reconciler re-queues a training or retrain silent for ``job_heartbeat_timeout_seconds``
-(not ``stale_job_seconds``), while it leaves one that beats, or a retrain still waiting its turn."""
+(not ``stale_job_seconds``), while it leaves one that beats, or a retrain still waiting its turn; one no
+job has claimed is sent again after ``stale_job_seconds``, then at most that often."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ TIMEOUT = 2.0
 @pytest.fixture()
 def beating(tmp_path: Path) -> Iterator[Deployment]:
     """A deployment (no worker) whose jobs beat every 0.2 s and are presumed dead after 2 s; the stale
-    bound of jobs not started stays at its default (300 s)."""
+    bound of jobs not started stays at its default (60 s)."""
     with deployment_of_its_own(
         tmp_path, job_heartbeat_seconds=str(BEAT), job_heartbeat_timeout_seconds=str(TIMEOUT)
     ) as d:
@@ -113,7 +114,7 @@ def test_the_reconciler_requeues_a_silent_training_or_retrain_after_the_heartbea
     rt = beating.runtime
     training_id, retrain_id, beating_id, waiting_id = (beating.trained_model() for _ in range(4))
     now = utcnow()
-    silent = now - timedelta(seconds=TIMEOUT + 1)  # far inside stale_job_seconds (300 s)
+    silent = now - timedelta(seconds=TIMEOUT + 1)  # far inside stale_job_seconds (60 s)
     _hold(rt, training_id, ModelState.TRAINING, "fitting", silent, silent)
     _hold(rt, retrain_id, ModelState.RETRAINING, "retraining", silent, silent)
     _hold(rt, beating_id, ModelState.RETRAINING, "retraining", silent, now)
@@ -123,3 +124,30 @@ def test_the_reconciler_requeues_a_silent_training_or_retrain_after_the_heartbea
     assert _requeued(rt, "retrain_model", retrain_id, now)
     assert not _requeued(rt, "retrain_model", beating_id, now)
     assert not _requeued(rt, "retrain_model", waiting_id, now)
+
+
+def test_an_unclaimed_training_or_retrain_is_sent_again_after_the_stale_bound_then_at_most_that_often(
+    beating: Deployment,
+) -> None:
+    """A worker killed after taking the message, before claiming the model, leaves it queued or waiting
+    with no heartbeat: the reconciler sends the job again, marks the model, and a later pass inside the
+    bound sends nothing more (a training waiting its turn on a busy lane gets one copy per bound)."""
+    rt = beating.runtime
+    queued_id, waiting_id = (beating.trained_model() for _ in range(2))
+    now = utcnow()
+    stale = now - timedelta(seconds=rt.settings.stale_job_seconds + 1)
+    _hold(rt, queued_id, ModelState.QUEUED, "queued", stale, stale)
+    _hold(rt, waiting_id, ModelState.RETRAINING, "waiting", stale, stale)
+    reconcile(rt)
+    assert _requeued(rt, "train_model", queued_id, now)
+    assert _requeued(rt, "retrain_model", waiting_id, now)
+    assert _heard_at(rt, queued_id) >= now and _heard_at(rt, waiting_id) >= now  # the re-send's mark
+    with rt.uow() as uow:  # published: a new message would no longer be dropped as a duplicate
+        uow.session.execute(
+            update(OutboxMessage).where(OutboxMessage.dispatched_at.is_(None)).values(dispatched_at=utcnow())
+        )
+        uow.commit()
+    later = utcnow()
+    reconcile(rt)
+    assert not _requeued(rt, "train_model", queued_id, later)
+    assert not _requeued(rt, "retrain_model", waiting_id, later)

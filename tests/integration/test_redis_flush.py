@@ -10,10 +10,12 @@ import pytest
 import redis
 import torch
 
+from service.faults import is_transient
 from service.jobs.state import read_statistics
 from service.runtime import Runtime
-from service.storage.statistics import RedisSampleStatistics
+from service.storage.statistics import HotStoreLost, RedisSampleStatistics
 from tests.integration.conftest import Client, key, wait_for
+from unlearning.errors import UnknownSampleError
 
 pytestmark = pytest.mark.integration
 
@@ -64,3 +66,26 @@ def test_flushing_redis_mid_run_loses_nothing(client: Client, runtime: Runtime, 
 
     # And the model keeps working.
     client.done(client.delete(model_id, owner_ids=["owner-00100"])["id"])
+
+
+def test_statistics_flushed_under_an_update_say_so_instead_of_naming_the_ids_unknown(
+    client: Client, runtime: Runtime, redis_url: str
+) -> None:
+    """A flush between a round's start and its reads: the ids it asks for are missing because the
+    statistics went, not because the request named unknown ids, so the round is retried (HotStoreLost,
+    transient) rather than failing the request (UnknownSampleError, the request's own error)."""
+    model_id = client.trained(n=100, samples_per_owner=2)
+    with runtime.uow() as uow:
+        row = uow.models.get(model_id)
+        assert row is not None and row.statistics is not None
+        read_statistics(runtime.cache, row.statistics)
+    stats = RedisSampleStatistics(runtime.hot, model_id, row.statistics["dim"], row.statistics["dtype"])
+    assert stats.has("syn-00001")
+    with pytest.raises(UnknownSampleError):
+        stats.remove(["no-such-sample"])  # the statistics are there: an unknown id is the request's error
+    redis.Redis.from_url(redis_url).flushdb()
+    with pytest.raises(HotStoreLost):
+        stats.remove(["syn-00001"])
+    with pytest.raises(HotStoreLost):
+        stats.sum_owner("owner-00001")
+    assert is_transient(HotStoreLost("statistics of model gone"))

@@ -1,7 +1,8 @@
 """Transient faults fail nothing: a retrain whose Postgres connections are terminated while it fits runs
 again and completes its deletions; a deterministic error's failure reason carries no SQL; with the
 artifact disk full the API answers 503 ``storage_full`` and records nothing, and a queued deletion
-completes once space is back."""
+completes once space is back; a request whose database connection drops answers 503
+``backend_unavailable``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from sqlalchemy import exc as sa_exc
 from service.jobs import requeue, training
 from service.jobs.drain import apply_deletions
 from service.jobs.training import retrain_model, train_model
+from service.models import service as models_service
 from service.runtime import Runtime
 from service.states import ModelState, RequestState
 from tests.integration.conftest import Deployment, deployment_of_its_own, key, settings_from, wait_for
@@ -269,3 +271,30 @@ def test_a_full_artifact_disk_refuses_new_work_with_503_and_queued_deletions_res
         assert d.client.http.get(f"/v1/models/{model_id}").json()["status"]["state"] == "ready"
         r = d.client.http.post("/v1/datasets/bundled", json={"name": "synthetic", "n": 200, "seed": 9})
         assert r.status_code == 201, r.text
+
+
+def test_a_dropped_database_connection_answers_503_backend_unavailable_without_sql(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose connection drops is answered 503 with Retry-After (its transaction rolled back; the
+    client sends it again), never an unhandled 500, and the answer names no SQL, parameter or server."""
+    with deployment_of_its_own(tmp_path) as d:
+        model_id = d.trained_model()
+        lost = sa_exc.OperationalError(
+            "SELECT secret_column FROM models WHERE id = %(id)s",
+            {"id": 424242},
+            psycopg.OperationalError('connection to server at "10.9.8.7", port 5432 failed: server closed'),
+        )
+
+        def drop(*_: Any, **__: Any) -> None:
+            raise lost
+
+        monkeypatch.setattr(models_service, "get_model", drop)
+        r = d.client.http.get(f"/v1/models/{model_id}")
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "backend_unavailable"
+        assert int(r.headers["Retry-After"]) >= 1
+        for leaked in (*_SQL_WORDS, "secret_column", "424242", "10.9.8.7"):
+            assert leaked not in r.text, leaked
+        monkeypatch.undo()
+        assert d.client.http.get(f"/v1/models/{model_id}").status_code == 200

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.stack import ROOT, new_token
+from bench.stack import ROOT, children, new_token
 from tests.integration.conftest import deployment_of_its_own, wait_for
 
 pytestmark = pytest.mark.integration
@@ -50,11 +50,6 @@ def launcher(
             proc.wait()
         for pid in children(proc.pid):
             os.kill(pid, signal.SIGKILL)
-
-
-def children(pid: int) -> list[int]:
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False).stdout
-    return [int(p) for p in found.split()]
 
 
 def alive(pid: int) -> bool:
