@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test test-unit bench openapi lint typecheck clean
+.PHONY: install promtool run test test-unit bench openapi lint typecheck clean
 
 # torch==2.13.0 first: it comes from the machine's local CPU wheel. A bare torch requirement with no
 # torch installed would pull gigabytes of CUDA packages; pyproject's range is satisfied by 2.13.0.
@@ -14,7 +14,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) promtool
+
+# promtool checks and tests the alert rules (tests/unit/test_alert_rules.py). When it is not on PATH, the one
+# of Debian's prometheus package is unpacked into the virtualenv: no root, no Prometheus server started.
+# Where that fails, one line says so and the install goes on (the promtool tests skip, or fail under CI
+# where apt has the package).
+promtool: $(STAMP)
+	@if command -v promtool >/dev/null 2>&1 || [ -x $(VENV)/bin/promtool ]; then :; \
+	elif tmp=$$(mktemp -d) && (cd $$tmp && apt-get download prometheus && dpkg-deb -x prometheus_*.deb root \
+	    && install -m 0755 root/usr/bin/promtool $(CURDIR)/$(VENV)/bin/promtool) >/dev/null 2>&1; then \
+	  rm -rf $$tmp; echo "install: $$($(VENV)/bin/promtool --version 2>&1 | head -n1) unpacked into $(VENV)/bin"; \
+	else \
+	  rm -rf $$tmp; echo "install: promtool not installed (no apt, or apt-get download prometheus failed); put promtool 2.42+ on PATH"; \
+	fi
 
 run: install
 	$(PY) -m service

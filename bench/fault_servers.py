@@ -196,7 +196,7 @@ class Api:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        _wait(stack.answers(f"{self.base}/readyz"), "the API", timeout=90)
+        _wait(stack.answers(f"{self.base}/healthz"), "the API", timeout=90)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

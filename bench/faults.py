@@ -71,12 +71,12 @@ class Plan:
     retrain_every_s: float
     gap_s: float
     disk_full_s: float = 30.0
-    training_epochs: int = 20  # the model whose first training is killed
+    training_epochs: int = 20  # the model whose first training is killed (on at most 1,500 owners)
     settings: tuple[tuple[str, str], ...] = ()  # LETHE_ settings over production's defaults
 
 
 QUICK = Plan(owners=1500, rate=4.0, warm_s=10, soak_s=40, retrain_every_s=15, gap_s=6)
-FULL = Plan(owners=5000, rate=6.0, warm_s=20, soak_s=300, retrain_every_s=40, gap_s=25, training_epochs=60)
+FULL = Plan(owners=5000, rate=6.0, warm_s=20, soak_s=300, retrain_every_s=40, gap_s=25)
 # The integration test's run: small, and recovery's timeouts shortened so that it takes about two minutes.
 SMOKE = Plan(
     owners=400,
@@ -179,7 +179,7 @@ class Run:
         time.sleep(self.rng.uniform(0, 0.3))
         was = self.state(model)
         found = self.kill_lane(".train")
-        return {**found, "state_at_kill": was, "model_ready_s": self.until_state(model, ("ready",), 300, 0.5)}
+        return {**found, "state_at_kill": was, "model_ready_s": self.until_state(model, ("ready",), 600, 0.5)}
 
     def _during_retrain(self, model: str, fault: Callable[[], Any], lane: bool = False) -> dict[str, Any]:
         model_id = self.models[model]
@@ -257,7 +257,10 @@ def soak(run: Run, plan: Plan) -> dict[str, Any]:
 def inject_all(run: Run, load: Load, plan: Plan) -> dict[str, Any]:
     faults: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("worker_kill_updates", run.worker_kill_updates),
-        ("worker_kill_training", lambda: run.worker_kill_training(plan.training_epochs, plan.owners)),
+        (
+            "worker_kill_training",
+            lambda: run.worker_kill_training(plan.training_epochs, min(plan.owners, 1500)),
+        ),
         ("worker_kill_retrain", run.worker_kill_retrain),
         ("api_kill_in_flight", lambda: run.api_kill(load)),
         ("postgres_restart_in_retrain", run.postgres_restart),

@@ -218,13 +218,13 @@ def free_port() -> int:
 @contextmanager
 def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``python -m service`` with ``env`` on a free port; yields its base URL and the process (to account
-    for its CPU time) once /readyz answers 200."""
+    for its CPU time) once /healthz answers 200 (/readyz also needs live workers)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**env, "LETHE_PORT": str(port), "LETHE_LOG_LEVEL": "warning"}
     try:
         with started(
-            "the API", [sys.executable, "-m", "service"], env, log, answers(f"{base}/readyz")
+            "the API", [sys.executable, "-m", "service"], env, log, answers(f"{base}/healthz")
         ) as proc:
             yield base, proc
     finally:

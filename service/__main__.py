@@ -11,7 +11,7 @@ import sys
 import uvicorn
 from pydantic import ValidationError
 
-from service import preflight
+from service import logs, preflight
 from service.app import create_app
 from service.settings import Settings, settings_errors
 
@@ -25,16 +25,20 @@ def main(argv: list[str] | None = None) -> int:
         return preflight.refuse("lethe", settings_errors(exc))
     if found := preflight.problems(settings):
         return preflight.refuse("lethe", found)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     logging.getLogger(__name__).info(
         "starting Lethe in %s mode: database %s, worker %s",
         settings.mode,
         settings.effective_database_url.split("@")[-1],
         settings.effective_worker,
     )
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,  # json: ours
+    )
     return 0
 
 

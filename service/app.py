@@ -15,12 +15,13 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError as KombuOperationalError
+from prometheus_client import REGISTRY
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import metrics
+from service import logs, metrics
 from service.api import access_log
 from service.api.audit import router as audit_router
 from service.api.datasets import router as datasets_router
@@ -29,9 +30,11 @@ from service.api.deps import ACCESS_EXTENSION, access_of, authorized
 from service.api.health import router as health_router
 from service.api.models import router as models_router
 from service.api.receipts import router as receipts_router
+from service.db.base import utcnow
 from service.errors import ApiError, BackendUnavailable, StorageFull, from_unlearning_error
 from service.faults import disk_full, is_transient, short_cause
 from service.limits import RequestSizeLimit
+from service.monitoring.collector import DatabaseCollector
 from service.runtime import Runtime
 from service.schemas import ERROR_TEXT, ErrorBody, error_responses
 from service.settings import Settings
@@ -93,9 +96,12 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             from service.demo import ensure_demo
 
             ensure_demo(rt)
+        collector = DatabaseCollector(rt.snapshot, rt.live_workers, utcnow)
+        REGISTRY.register(collector)
         try:
             yield
         finally:
+            REGISTRY.unregister(collector)
             rt.stop()
 
     app = FastAPI(title="Lethe", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
@@ -104,7 +110,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         app.include_router(router, dependencies=[Depends(authorized)], responses=error_responses(401))
     _install_error_handlers(app)
     app.add_middleware(RequestSizeLimit)
-    app.add_middleware(MetricsMiddleware)  # outermost: it counts the 413s of the size limit too
+    app.add_middleware(MetricsMiddleware)  # it counts the 413s of the size limit too
+    app.add_middleware(RequestIdMiddleware)  # outermost: every line logged for the request names it
     _document_errors(app)
     return app
 
@@ -249,6 +256,29 @@ def _storage_full(request: Request, exc: BaseException) -> JSONResponse | None:
     )
     error = StorageFull.of(name)
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+class RequestIdMiddleware:
+    """``X-Request-ID``: the client's (when a plain token) or a new one; echoed on the answer and the
+    context of every line logged while the request is handled (and of the jobs it queues)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        sent = dict(scope["headers"]).get(logs.REQUEST_ID_HEADER.lower().encode())
+        request_id = logs.request_id_from(sent.decode("latin-1") if sent is not None else None)
+
+        async def echo(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        with logs.log_context(x_request_id=request_id):
+            await self.app(scope, receive, echo)
 
 
 class MetricsMiddleware:

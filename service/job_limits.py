@@ -1,12 +1,5 @@
-"""The deployment's limits on one training job, and what they mean for a job's estimate.
-
-A registration whose job estimate (:meth:`UnlearningMethod.estimate_job`) needs more memory than
-``LETHE_MAX_JOB_MEMORY_MB`` or more time than ``LETHE_MAX_JOB_SECONDS`` is refused with the estimate in
-the message; every training job runs under the time limit :meth:`JobLimits.time_limit` derives from its
-estimate (``LETHE_JOB_TIME_FACTOR`` times the estimate plus ``LETHE_JOB_TIME_GRACE_SECONDS``, at most
-``LETHE_MAX_JOB_SECONDS``): the estimates are single-core and pessimistic, the factor absorbs a core
-shared with other jobs.
-"""
+"""The deployment's limits on one training job (docs/decisions.md, "Job estimates"): a registration whose
+estimate exceeds them is refused; every training job runs under :meth:`JobLimits.time_limit`."""
 
 from __future__ import annotations
 
@@ -48,8 +41,5 @@ class JobLimits:
             )
 
     def time_limit(self, estimate: JobEstimate) -> float:
-        """The seconds a job of ``estimate`` may run before it is stopped."""
+        """The seconds a job of ``estimate`` may run: ``min(max, grace + factor * estimate)``."""
         return min(self.max_seconds, self.grace_seconds + self.time_factor * estimate.seconds)
-
-
-__all__ = ["JobLimits"]

@@ -1,8 +1,5 @@
-"""The two ways work leaves the outbox: Celery (production) or an in-process worker (embedded mode).
-
-Both run the jobs of :mod:`service.jobs.registry`, each in its lane (:data:`LANE_OF_TASK`), so a long
-training never delays an update or a callback.
-"""
+"""The two ways work leaves the outbox: Celery (production) or an in-process worker (embedded mode), each
+job in its lane (:data:`LANE_OF_TASK`) so that a long training never delays an update or a callback."""
 
 from __future__ import annotations
 
@@ -16,6 +13,8 @@ log = logging.getLogger(__name__)
 
 LANES = ("train", "retrain", "updates", "io")
 
+_Job = tuple[str, dict[str, Any]]  # task, payload
+
 LANE_OF_TASK: dict[str, str] = {
     "train_model": "train",
     "retrain_model": "retrain",
@@ -26,11 +25,8 @@ LANE_OF_TASK: dict[str, str] = {
 
 class TaskQueue(Protocol):
     def send(self, task: str, payload: dict[str, Any]) -> None: ...
-
     def start(self) -> None: ...
-
     def stop(self) -> None: ...
-
     def ping(self) -> bool: ...
 
 
@@ -57,11 +53,8 @@ class CeleryQueue:
             f"lethe.{task}", kwargs=payload, queue=celery_queue_name(self.prefix, lane_of(task)), retry=False
         )
 
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
+    def start(self) -> None: ...  # the broker runs on its own
+    def stop(self) -> None: ...
 
     def ping(self) -> bool:
         try:
@@ -77,9 +70,7 @@ class InProcessQueue:
 
     def __init__(self, run: Callable[[str, dict[str, Any]], None]) -> None:
         self._run = run
-        self._queues: dict[str, queue.Queue[tuple[str, dict[str, Any]] | None]] = {
-            lane: queue.Queue() for lane in LANES
-        }
+        self._queues: dict[str, queue.Queue[_Job | None]] = {lane: queue.Queue() for lane in LANES}
         self._threads: list[threading.Thread] = []
 
     def send(self, task: str, payload: dict[str, Any]) -> None:
@@ -93,7 +84,7 @@ class InProcessQueue:
             thread.start()
             self._threads.append(thread)
 
-    def _loop(self, q: queue.Queue[tuple[str, dict[str, Any]] | None]) -> None:
+    def _loop(self, q: queue.Queue[_Job | None]) -> None:
         while True:
             item = q.get()
             try:

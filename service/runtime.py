@@ -4,6 +4,7 @@ as the narrow context protocol each declares. Importing it imports torch."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import torch
@@ -13,9 +14,11 @@ from service.db.engine import make_engine, make_sessionmaker
 from service.deletions.intake import DeletionIntake
 from service.jobs.heartbeat import job_heartbeat
 from service.jobs.state import BlobCache, KnownManifests
+from service.logs import X_REQUEST_ID, log_context
 from service.maintenance import Maintenance
+from service.monitoring.liveness import live_by_lane
 from service.outbox.dispatcher import Dispatcher
-from service.queue import CeleryQueue, InProcessQueue, TaskQueue
+from service.queue import LANES, CeleryQueue, InProcessQueue, TaskQueue
 from service.settings import Settings
 from service.signing import ReceiptSigner
 from service.storage.artifacts import ArtifactStore, LocalArtifactStore
@@ -73,6 +76,12 @@ class Runtime:
             hasher=self.hasher,
         )
 
+    def live_workers(self) -> dict[str, int]:
+        """Live workers per lane: the Celery workers' liveness records, or this process's lane threads."""
+        if isinstance(self.queue, InProcessQueue):
+            return dict.fromkeys(LANES, int(self.queue.ping()))
+        return live_by_lane(self.hot.client, self.hot.prefix)
+
     def snapshot(self) -> UnitOfWork:
         """A ``REPEATABLE READ, READ ONLY`` unit of work: every statement sees one snapshot."""
         return UnitOfWork(self.sessions, snapshot=True)
@@ -84,11 +93,18 @@ class Runtime:
         return self._intake
 
     def run_job(self, task: str, payload: dict[str, Any]) -> None:
+        """Run the job ``task`` on ``payload``; its log lines name the job, its model and the API request
+        that queued it (``x_request_id``, which the payload carries for the logs only)."""
         from service.jobs.registry import run
 
+        payload = dict(payload)
+        request_id = payload.pop(X_REQUEST_ID, None)
+        started = time.perf_counter()
         try:
-            with job_heartbeat(self, task, payload):
-                run(self, task, payload)
+            with log_context(x_request_id=request_id, job=task, model_id=payload.get("model_id")):
+                with job_heartbeat(self, task, payload):
+                    run(self, task, payload)
+                log.info("job %s done in %.3f s", task, time.perf_counter() - started)
         finally:
             if not self._heap_settled:
                 # the first job imported torch and warmed the caches

@@ -50,6 +50,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    log_format: Literal["text", "json"] = "text"
     auto_migrate: bool = True
     demo_model: bool | None = None
 
@@ -87,6 +88,7 @@ class Settings(BaseSettings):
     receipt_retired_keys: str | None = None
 
     worker_metrics_port: int | None = Field(None, ge=1, le=65535)
+    worker_liveness_seconds: float = Field(5.0, gt=0)
     torch_threads: int | None = Field(None, ge=1)
     gpus: str | None = None
     worker_concurrency: int = Field(4, ge=1, le=256)

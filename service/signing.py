@@ -1,7 +1,5 @@
-"""Ed25519 signatures over canonical JSON, the form deletion receipts are signed in: ``json.dumps(payload,
-sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` as UTF-8 (receipts hold no floats, so any
-JSON library sorting keys without whitespace gives the same bytes); keys and signatures unpadded base64url.
-"""
+"""Ed25519 signatures over canonical JSON (keys sorted, no whitespace, UTF-8), the form deletion receipts
+are signed in; keys and signatures unpadded base64url."""
 
 from __future__ import annotations
 
@@ -42,20 +40,17 @@ def new_seed() -> str:
     return b64url(secrets.token_bytes(SEED_BYTES))
 
 
-def parse_seed(text: str) -> bytes:
-    """The 32-byte seed from its base64url form; ValueError naming what is wrong."""
-    seed = from_b64url(text.strip())
-    if len(seed) != SEED_BYTES:
-        raise ValueError(f"an Ed25519 private key is {SEED_BYTES} bytes, this one decodes to {len(seed)}")
-    return seed
+def parse_seed(text: str, kind: str = "private") -> bytes:
+    """The 32-byte seed (``kind`` "public": a public key) from base64url; ValueError naming what is wrong."""
+    raw = from_b64url(text.strip())
+    if len(raw) != SEED_BYTES:
+        raise ValueError(f"an Ed25519 {kind} key is {SEED_BYTES} bytes, this one decodes to {len(raw)}")
+    return raw
 
 
 def parse_public_key(text: str) -> bytes:
     """The raw 32-byte Ed25519 public key from its base64url form; ValueError naming what is wrong."""
-    raw = from_b64url(text.strip())
-    if len(raw) != SEED_BYTES:
-        raise ValueError(f"an Ed25519 public key is {SEED_BYTES} bytes, this one decodes to {len(raw)}")
-    return raw
+    return parse_seed(text, "public")
 
 
 def public_key_pem(public_key: bytes) -> str:

@@ -1,7 +1,5 @@
-"""Unit of work: one transaction, its repositories, and the outbox published after commit.
-
-Services never commit; the entrypoint (a route or a job) that opened the unit of work does.
-"""
+"""Unit of work: one transaction, its repositories, and the outbox published after commit. Services never
+commit; the entrypoint (a route or a job) that opened the unit of work does."""
 
 from __future__ import annotations
 
@@ -25,9 +23,6 @@ from service.storage.artifacts import BlobVanished
 from service.storage.refs import ArtifactRefRepository
 from service.subjects import SubjectHasher
 
-_BULK_LOADED = ("samples", "artifact_refs")
-_ANALYZE_LOCK_TIMEOUT = "2s"
-
 
 class UnitOfWork:
     session: Session
@@ -40,8 +35,7 @@ class UnitOfWork:
         snapshot: bool = False,
         hasher: SubjectHasher | None = None,
     ) -> None:
-        """``hasher``: how this deployment hashes subjects, for what the unit of work writes about them in
-        text (:func:`service.jobs.request_lifecycle.reason_at_rest`)."""
+        """``hasher``: for what the unit of work writes about subjects in text (failure reasons)."""
         self.hasher = hasher
         self._sessions = sessions
         self._snapshot = snapshot
@@ -65,32 +59,21 @@ class UnitOfWork:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        # close() rolls back and detaches without expiring (rollback() would), so loaded objects stay readable
-        self.session.close()
+        self.session.close()  # rolls back without expiring: loaded objects stay readable
 
     def postgres_connection(self) -> Connection[Any]:
         """The psycopg connection of this transaction, after flushing the session."""
         return session_connection(self.session)
 
-    def bookkeeping(self) -> UnitOfWork:
-        """``synchronous_commit = off`` for this transaction; returns self. Only for records a crash may
-        lose harmlessly, never for data a client is told about."""
-        self.session.execute(text("SET LOCAL synchronous_commit = off"))
-        return self
-
     def refresh_planner_statistics(self) -> None:
-        """``ANALYZE`` the tables filled in bulk by registration and training (``samples``,
-        ``artifact_refs``). Raises (lock timeout, 2 s) rather than wait behind a VACUUM."""
-        self.session.execute(text(f"SET LOCAL lock_timeout = '{_ANALYZE_LOCK_TIMEOUT}'"))
-        self.session.execute(text(f"ANALYZE {', '.join(_BULK_LOADED)}"))
+        """``ANALYZE`` the tables filled in bulk; raises (lock timeout) rather than wait behind a VACUUM."""
+        self.session.execute(text("SET LOCAL lock_timeout = '2s'"))
+        self.session.execute(text("ANALYZE samples, artifact_refs"))
 
     def send_commit(self, conn: Connection[Any], begin_next: bool = False) -> bool:
-        """Queue the COMMIT in the caller's pipeline on ``conn`` (after its last statement); True if sent.
-
-        Sends nothing and returns False when :meth:`commit` has work to do first (unflushed session,
-        outbox messages, held artifact references). The caller calls :meth:`commit` either way.
-        ``begin_next``: also queue BEGIN; this unit of work continues in the new transaction. If an
-        earlier statement of the pipeline fails, nothing commits."""
+        """Queue the COMMIT in the caller's pipeline on ``conn``; True if sent, False when :meth:`commit` has
+        work to do first (session changes, outbox messages, held references: the caller commits).
+        ``begin_next``: also queue BEGIN; this unit of work continues in the new transaction."""
         session = self.session
         if session.new or session.dirty or session.deleted or self.outbox.added or self.refs.held:
             return False
@@ -103,19 +86,15 @@ class UnitOfWork:
         return True
 
     def check_stored(self, blobs: Iterable[str]) -> None:
-        """Raise :class:`BlobVanished` if one of ``blobs`` is no longer stored. Only meaningful under
-        :meth:`ArtifactRefRepository.lock_for_commit`, which keeps collectors out until the commit."""
-        if self._blob_exists is None:
-            return
-        missing = sorted(d for d in blobs if not self._blob_exists(d))
+        """Raise :class:`BlobVanished` if one of ``blobs`` is no longer stored (under the commit lock)."""
+        exists = self._blob_exists
+        missing = sorted(d for d in blobs if not exists(d)) if exists is not None else []
         if missing:
             raise BlobVanished(missing)
 
     def commit(self) -> None:
-        """Commit, then publish the outbox messages written (a crash in between: the dispatcher's pass
-        publishes them). With artifact references added, first take the commit lock and
-        :meth:`check_stored` them: :class:`BlobVanished` means nothing committed and the caller writes
-        its blobs again."""
+        """Commit, then publish the outbox messages written. With artifact references added, first take the
+        commit lock and :meth:`check_stored` them (:class:`BlobVanished`: nothing committed)."""
         if self.refs.held and self._blob_exists is not None:
             self.refs.lock_for_commit()
             self.check_stored(self.refs.held)

@@ -10,13 +10,16 @@ docs/service.md.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
 from kombu import Queue
 
+from service import logs
 from service.jobs.registry import TASKS
+from service.monitoring.liveness import Beat
 from service.queue import LANES, celery_queue_name
 from service.settings import Settings
 
@@ -79,19 +82,67 @@ def _after_fork(**_: Any) -> None:
     _runtime = None
 
 
-@signals.worker_ready.connect
-def _ready(**_: Any) -> None:
-    if settings.worker_metrics_port:
-        from prometheus_client import start_http_server
+_beat: Beat | None = None
 
-        start_http_server(settings.worker_metrics_port)
-    log.info(
-        "lethe worker ready on queues %s", [celery_queue_name(settings.celery_queue, lane) for lane in LANES]
-    )
+
+@signals.worker_init.connect
+def _refuse_prefork(sender: Any = None, **_: Any) -> None:
+    """The job state (caches, drains) and the metrics are per process: a prefork pool's children would
+    each keep their own and serve no metrics. The launcher starts thread pools (or solo on a GPU)."""
+    pool = str(getattr(sender, "pool_cls", "") or "")
+    if "prefork" in pool.lower() or pool.endswith("processes.TaskPool"):
+        raise SystemExit(
+            "lethe workers run with --pool=threads (or --pool=solo for one GPU), not the prefork pool: "
+            "start them with `python -m workers`, or add --pool=threads"
+        )
+
+
+def lanes_consumed(queue_names: list[str], prefix: str) -> list[str]:
+    """The lanes of :data:`service.queue.LANES` whose queue (``{prefix}.{lane}``) is among ``queue_names``."""
+    return [lane for lane in LANES if celery_queue_name(prefix, lane) in queue_names]
+
+
+@signals.worker_ready.connect
+def _ready(sender: Any = None, **_: Any) -> None:
+    global _beat
+    if settings.worker_metrics_port:
+        serve_metrics(settings.worker_metrics_port)
+    queues = list(app.amqp.queues.consume_from or app.amqp.queues)
+    lanes = lanes_consumed(queues, settings.celery_queue)
+    if settings.redis_url:
+        import redis
+
+        name = str(getattr(sender, "hostname", None) or f"worker-{os.getpid()}")
+        client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+        _beat = Beat(client, settings.redis_prefix, name, lanes, settings.worker_liveness_seconds)
+        _beat.start()
+    log.info("lethe worker ready on lanes %s (queues %s)", lanes, queues)
+
+
+def serve_metrics(port: int) -> None:
+    """Serve this process's metrics on ``port``; a port already taken stops the worker with a clear
+    message (a worker whose metrics nobody can scrape is an outage nobody sees)."""
+    from prometheus_client import start_http_server
+
+    try:
+        start_http_server(port)
+    except OSError as exc:
+        log.critical("the metrics port %s cannot be bound (%s): stopping this worker", port, exc)
+        os._exit(3)  # from a signal handler: SystemExit would be swallowed by Celery's consumer
+
+
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def _log_format(logger: logging.Logger, **_: Any) -> None:
+    """The request id and model of the job being run on each line; ``LETHE_LOG_FORMAT=json``: JSON lines."""
+    for handler in logger.handlers:
+        logs.install_beside(handler, settings.log_format)
 
 
 @signals.worker_shutdown.connect
 def _shutdown(**_: Any) -> None:
+    if _beat is not None:
+        _beat.stop()
     if _runtime is not None:
         _runtime.stop()
 

@@ -56,7 +56,6 @@ def query_events(
     """Subjects are stored only as keyed hashes: pass the plain id, the server hashes it to search."""
     start, end = _utc(since, "since"), _utc(until, "until")
     if start is not None and end is not None and start >= end:
-        # An empty window is a swapped or mistyped pair far more often than a question: say so.
         raise Unprocessable(
             f"since ({start.isoformat()}) must be before until ({end.isoformat()}): since is inclusive, "
             "until exclusive",
@@ -120,7 +119,6 @@ def verify(
     reported as missing (``ok: false``). 404 for a model neither the database nor the log knows (a deleted
     model keeps its chains) and for a chain name that has no events."""
     with rt.snapshot() as uow:
-        # The heads and the events from one snapshot: an event committed between the two reads would
-        # otherwise look like an event beyond the head, reported as tampering.
+        # one snapshot: an event committed between the reads would look like tampering
         reports = verify_chains(uow.audit, chain=chain, model_id=model_id)
     return VerifyOut(ok=all(r.ok for r in reports), chains=[ChainOut(**r.__dict__) for r in reports])

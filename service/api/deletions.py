@@ -134,8 +134,7 @@ async def submit_dataset_deletion(
     if (refused := service.key_misuse(outcomes)) is not None:
         return _respond(refused)
     status, report = service.fan_out_report(dataset_id, targets, outcomes)
-    replayed = {"Idempotent-Replayed": "true"} if all(o.replayed for o in outcomes) else {}
-    return JSONResponse(report, status_code=status, headers=replayed)
+    return _respond(idempotency.Outcome(status, report, replayed=all(o.replayed for o in outcomes)))
 
 
 @router.get(

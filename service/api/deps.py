@@ -24,21 +24,19 @@ _bearer = HTTPBearer(
 Access = Literal["read", "write"]
 ACCESS_EXTENSION = "x-lethe-access"
 READS_ONLY: dict[str, Any] = {ACCESS_EXTENSION: "read"}
-"""``openapi_extra`` of a route that is not a GET yet changes nothing (predictions): a read token may
-call it."""
+"""``openapi_extra`` of a route that is not a GET yet changes nothing: a read token may call it."""
 
 
 def access_of(methods: Iterable[str], extra: Mapping[str, Any] | None) -> Access:
-    """``read`` for GET and HEAD and for :data:`READS_ONLY` (``extra``: the route's ``openapi_extra``, or
-    the OpenAPI operation), ``write`` for every other: a new route is closed to read tokens by default."""
+    """``read`` for GET and HEAD and for :data:`READS_ONLY` (``extra``: the route's ``openapi_extra``),
+    ``write`` for every other."""
     if (extra or {}).get(ACCESS_EXTENSION) == "read":
         return "read"
     return "read" if {m.upper() for m in methods} <= {"GET", "HEAD"} else "write"
 
 
 async def runtime(request: Request) -> Runtime:
-    """The app's runtime. A coroutine on purpose: FastAPI runs a plain function dependency on its thread
-    pool, one thread hand-off per request for a dictionary lookup."""
+    """The app's runtime (a coroutine: FastAPI runs a plain function dependency on its thread pool)."""
     return request.app.state.runtime
 
 
@@ -51,9 +49,8 @@ RequestId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="Deletion reque
 async def authorized(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
-    """With ``LETHE_API_TOKENS`` set, a /v1 request must carry ``Authorization: Bearer <token>`` (compared
-    in constant time), or one of ``LETHE_READ_TOKENS`` for a read (:func:`access_of`): 401 for a missing or
-    unknown token, 403 for a read token on a write. Unset: every request passes."""
+    """With ``LETHE_API_TOKENS`` set, a /v1 request must carry one of them as a bearer token, or one of
+    ``LETHE_READ_TOKENS`` for a read: 401 for a missing or unknown token, 403 for a read token on a write."""
     settings = request.app.state.runtime.settings
     if not settings.api_token_list:
         return
@@ -68,7 +65,7 @@ async def authorized(
         raise Unauthorized(
             "this bearer token is not one of the service's tokens (LETHE_API_TOKENS, LETHE_READ_TOKENS)"
         )
-    route = request.scope.get("route")  # the matched APIRoute
+    route = request.scope.get("route")
     methods = getattr(route, "methods", None) or {request.method}
     if access_of(methods, getattr(route, "openapi_extra", None)) == "write":
         raise Forbidden(

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from service import metrics
 from service.api.deps import RuntimeDep
 from service.db.migrate import head_revision, is_current
+from service.runtime import Runtime
 
 router = APIRouter(tags=["health"])
 log = logging.getLogger(__name__)
@@ -32,10 +33,21 @@ def healthz() -> Health:
     return Health(status="ok")
 
 
+def _workers_check(rt: Runtime) -> str:
+    """ "ok" when every lane has a worker that renewed its liveness record recently, else the lanes none
+    serves."""
+    try:
+        idle = [lane for lane, n in rt.live_workers().items() if n == 0]
+    except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
+        return f"unknown: {type(exc).__name__}"
+    return "ok" if not idle else f"no live worker for the lanes: {', '.join(idle)}"
+
+
 @router.get(
     "/readyz",
     response_model=Readiness,
-    summary="Readiness: database at the current schema, Redis, artifact store and task queue reachable",
+    summary="Readiness: database at the current schema, Redis, artifact store and task queue reachable, a live "
+    "worker on every lane",
     responses={503: {"model": Readiness, "description": "Not ready"}},
 )
 def readyz(rt: RuntimeDep) -> JSONResponse:
@@ -48,6 +60,7 @@ def readyz(rt: RuntimeDep) -> JSONResponse:
     checks["redis"] = "ok" if rt.hot.ping() else "unreachable"
     checks["artifacts"] = "ok" if rt.artifacts.writable() else "not writable"
     checks["queue"] = "ok" if rt.queue.ping() else "unreachable"
+    checks["workers"] = _workers_check(rt)
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse(Readiness(ready=ready, checks=checks).model_dump(), status_code=200 if ready else 503)
 

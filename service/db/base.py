@@ -1,5 +1,4 @@
-"""Declarative base, column types and the constraint naming convention (deterministic names, so
-Alembic migrations and the ORM agree)."""
+"""Declarative base, column types and the constraint naming convention (names Alembic agrees with)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Plain statements on the psycopg connection under a unit of work (Postgres only), sent in pipeline mode:
-the helpers the deletion path's repositories and the audit chain's statements share. Arrays go as one
-parameter each (``unnest``), so a statement costs the same for one row as for hundreds.
-"""
+"""Helpers for plain statements on the psycopg connection under a unit of work, sent in pipeline mode.
+Arrays go as one parameter each (``unnest``): a statement costs the same for one row as for hundreds."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ from service.states import RequestState
 
 _Row = TypeVar("_Row", bound=Base)
 
-# WITH ORDINALITY ... ORDER BY: the rows take their serial ids in the order given, so that a request's
-# history and a chain's events read back in order by id, as an executemany inserts them.
+# WITH ORDINALITY ... ORDER BY: the rows take their serial ids in the order given.
 _HISTORY = """
 INSERT INTO request_events (request_id, state, at, detail)
 SELECT t.request_id, t.state, t.at, t.detail
@@ -55,9 +52,8 @@ def select_list(entity: type[Base], unless_known: Mapping[str, str] | None = Non
 def adopt(
     session: Session, entity: type[_Row], row: Sequence[Any], known: Mapping[str, Any] | None = None
 ) -> _Row:
-    """The object of ``entity`` whose columns are ``row`` (as :func:`select_list` lists them), made a
-    persistent object of ``session`` without a query, values decoded as the engine decodes them (one held
-    already is refreshed). ``known``: column -> its value, for columns the row read as NULL."""
+    """The persistent object of ``session`` whose columns are ``row`` (as :func:`select_list` lists them),
+    decoded as the engine decodes them (one held is refreshed). ``known``: column -> value, read as NULL."""
     values: dict[str, Any] = {}
     for column, value in zip(table(entity).c, row, strict=True):
         if known is not None and column.name in known:
@@ -79,8 +75,7 @@ def adopt(
 
 
 def insert_row(obj: Base) -> tuple[str, dict[str, Any]]:
-    """The INSERT of a new (transient) object's row, every column of its table given as the object holds
-    it (JSON columns encoded as the engine encodes them): ``conn.execute(*insert_row(obj))``."""
+    """``conn.execute(*insert_row(obj))``: the INSERT of a new object's every column, engine-encoded."""
     columns = table(type(obj)).c
     names = ", ".join(c.name for c in columns)
     values = ", ".join(f"%({c.name})s" for c in columns)
@@ -90,15 +85,10 @@ def insert_row(obj: Base) -> tuple[str, dict[str, Any]]:
 
 def _parameter(column: Any, value: Any) -> Any:
     if isinstance(column.type, JSON):
-        return jsonb(value)
+        return Jsonb(value, dumps=jsoncodec.dumps_bytes)
     if isinstance(column.type, ManifestJSON):
         return manifest_text(value)
     return value
-
-
-def jsonb(value: Any) -> Jsonb:
-    """A value for a JSONB column, encoded as the engine encodes it (:mod:`service.db.jsoncodec`)."""
-    return Jsonb(value, dumps=jsoncodec.dumps_bytes)
 
 
 ArrayElement = int | str | datetime | None
@@ -106,8 +96,7 @@ ArrayElement = int | str | datetime | None
 
 def array_literal(values: Iterable[ArrayElement]) -> str:
     """``values`` as a Postgres array literal, ``{1,"a b",NULL}``, for a parameter the statement casts
-    (``%s::int[]``): strings and ISO 8601 timestamps quoted and escaped (the text ``NULL`` stays text),
-    integers bare, None as NULL. Cheaper than psycopg's list adaptation (docs/decisions.md)."""
+    (``%s::int[]``): strings and ISO 8601 timestamps quoted and escaped, integers bare, None as NULL."""
     return "{" + ",".join(map(_array_element, values)) + "}"
 
 

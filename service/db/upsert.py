@@ -28,7 +28,6 @@ def insert_ignore(
 
 @cache
 def _statement(entity: type[Base], returning: tuple[str, ...]) -> Insert:
-    """The statement, built once per (table, returned columns)."""
     stmt = insert(table(entity)).on_conflict_do_nothing()
     columns = table(entity).c
     return stmt.returning(*(columns[name] for name in returning)) if returning else stmt

@@ -1,8 +1,6 @@
-"""Group commit of deletion submissions (single and bulk): one intake thread per process commits all
-waiting submissions in one transaction, then wakes each handler. A submission's key, request rows and
-stored answer (:func:`service.idempotency.service.at_rest`) commit together; a key already present takes
-:func:`service.idempotency.service.run`; if the batch fails, each submission is retried alone.
-"""
+"""Group commit of deletion submissions: one intake thread per process commits all waiting submissions
+(key, request rows, stored answer) in one transaction, then wakes each handler. A key already present takes
+:func:`service.idempotency.service.run`; if the batch fails, each submission is retried alone."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
@@ -31,10 +29,6 @@ from service.jobs.context import UpdateContext
 from service.jobs.drain import request_update
 
 log = logging.getLogger(__name__)
-
-
-class IntakeContext(UpdateContext, Protocol):
-    """The runtime the intake uses (it publishes update jobs)."""
 
 
 _WAIT_SLICE_SECONDS = 1.0  # how often a waiting handler checks that the intake thread lives
@@ -74,8 +68,7 @@ class _Submission:
     def resolve(self, outcome: Outcome | None = None, error: BaseException | None = None) -> None:
         self.outcome, self.error, self.answered = outcome, error, True
         if self.on_done is not None:
-            # RuntimeError: the waiter's event loop has closed (shutdown), nobody to tell.
-            with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(RuntimeError):  # the waiter's event loop closed (shutdown)
                 self.on_done()
 
     def result(self) -> Outcome:
@@ -86,6 +79,10 @@ class _Submission:
         return self.outcome
 
 
+_Answer = tuple[_Submission, int, dict[str, Any], ApiError | None]
+"""A submission, its status, its stored body, and the error to raise (None: the outcome)."""
+
+
 def _accepted_any(status: int, body: dict[str, Any]) -> bool:
     """Whether an answer queued any request (a single 202, or a bulk report with accepted items)."""
     return bool(body.get("accepted", status == 202))
@@ -94,7 +91,7 @@ def _accepted_any(status: int, body: dict[str, Any]) -> bool:
 class DeletionIntake:
     """One thread per process that commits waiting deletion submissions together."""
 
-    def __init__(self, rt: IntakeContext, max_batch: int = 500) -> None:
+    def __init__(self, rt: UpdateContext, max_batch: int = 500) -> None:
         self._rt = rt
         self._max_batch = max_batch
         self._queue: queue.Queue[_Submission | None] = queue.Queue()
@@ -113,30 +110,24 @@ class DeletionIntake:
 
     async def submit(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
         """Accept (or replay, or reject) one request; returns once committed, holding no pool thread."""
-        return await self._wait(self._single(model_id, key, body))
+        return await self._wait(self._submission(model_id, key, body))
 
     async def submit_bulk(self, model_id: int, key: str | None, body: BulkIn) -> Outcome:
         """Accept or reject each item of a bulk submission (one key for all); returns once committed."""
-        return await self._wait(self._bulk(model_id, key, body))
+        return await self._wait(self._submission(model_id, key, body))
 
     def commit_now(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
         """Accept one request in the calling thread as a batch of one (used by ``bench.deletion_path``)."""
-        item = self._single(model_id, key, body)
+        item = self._submission(model_id, key, body)
         self._commit([item])
         return item.result()
 
-    def _single(self, model_id: int, key: str | None, body: DeletionIn) -> _Submission:
-        return self._submission(model_id, key, body.model_dump(mode="json"), [body], bulk=False)
-
-    def _bulk(self, model_id: int, key: str | None, body: BulkIn) -> _Submission:
-        return self._submission(model_id, key, body.model_dump(mode="json"), body.items, bulk=True)
-
-    def _submission(
-        self, model_id: int, key: str | None, payload: dict[str, Any], bodies: list[DeletionIn], *, bulk: bool
-    ) -> _Submission:
+    def _submission(self, model_id: int, key: str | None, body: DeletionIn | BulkIn) -> _Submission:
+        payload = body.model_dump(mode="json")
         checked = idempotency.check_key(key)
         digest = idempotency.fingerprint(self._rt.hasher, payload)
-        return _Submission(model_id, checked, payload, digest, list(bodies), bulk)
+        bodies = list(body.items) if isinstance(body, BulkIn) else [body]
+        return _Submission(model_id, checked, payload, digest, bodies, isinstance(body, BulkIn))
 
     async def _wait(self, item: _Submission) -> Outcome:
         if self._thread is None:
@@ -190,7 +181,7 @@ class DeletionIntake:
             item.resolve(error=exc)
 
     def _alone(self, item: _Submission) -> Outcome:
-        """The one-at-a-time path: a replay, a reused key, a key in flight, or a batch that failed."""
+        """The one-at-a-time path: a key already present, or a batch that failed."""
         rt = self._rt
         outcome = idempotency.run(
             rt.uow,
@@ -218,23 +209,19 @@ class DeletionIntake:
         keys = [(scope, key, item.digest) for (scope, key), item in firsts.items()]
         now = utcnow()
         expires = now + timedelta(hours=rt.settings.idempotency_ttl_hours)
-        answers: list[tuple[_Submission, int, dict[str, Any], ApiError | None]] = []
+        answers: list[_Answer] = []
         with rt.uow() as uow:
             accept_for: Callable[[int], Callable[[list[DeletionIn]], list[Any]]]
             store: Callable[[list[tuple[str, str, int, dict[str, Any]]]], None]
+            sla = rt.settings.deletion_sla_seconds
             if not any(has_graph_items(b) for s in firsts.values() for b in s.bodies):
-                submissions = SubmissionRepository(
-                    uow.postgres_connection(), rt.hasher, rt.settings.deletion_sla_seconds
-                )
+                submissions = SubmissionRepository(uow.postgres_connection(), rt.hasher, sla)
                 every = _by_model(list(firsts.values()))
-                claimed = submissions.claim(
-                    keys, now, expires, {m: _bodies(items) for m, items in every.items()}
-                )
+                claimed = submissions.claim(keys, now, expires, {m: _bodies(s) for m, s in every.items()})
                 accept_for = lambda m: partial(submissions.accept_submissions, m)
                 store = partial(submissions.save, uow=uow)
             else:
                 claimed = uow.idempotency.claim_many(keys, expires)
-                sla = rt.settings.deletion_sla_seconds
                 accept_for = lambda m: partial(accept_many, uow, rt.cache, rt.hasher, m, sla_seconds=sla)
                 store = uow.idempotency.complete_many
             for model_id, items in _by_model([s for pair, s in firsts.items() if pair in claimed]).items():
@@ -242,10 +229,7 @@ class DeletionIntake:
             store([(s.scope, s.key, status, _stored(s, body)) for s, status, body, _ in answers])
             uow.commit()
         for item, status, body, error in answers:  # answered as soon as committed ...
-            if error is not None:
-                item.resolve(error=error)
-            else:
-                item.resolve(outcome=Outcome(status, body, replayed=False))
+            item.resolve(Outcome(status, body, replayed=False) if error is None else None, error)
         for model_id in {s.model_id for s, status, body, _ in answers if _accepted_any(status, body)}:
             request_update(rt, model_id)  # ... while the update job is published
         answered = {id(s) for s, _, _, _ in answers}
@@ -268,15 +252,13 @@ def _bodies(items: list[_Submission]) -> list[DeletionIn]:
     return [b for s in items for b in s.bodies]
 
 
-def _answers(
-    items: list[_Submission], accept: Callable[[list[DeletionIn]], list[Any]]
-) -> list[tuple[_Submission, int, dict[str, Any], ApiError | None]]:
-    """(submission, status, stored body, error to raise) for each of one model's submissions (one ``accept``)."""
+def _answers(items: list[_Submission], accept: Callable[[list[DeletionIn]], list[Any]]) -> list[_Answer]:
+    """The answer to each of one model's submissions (one ``accept``)."""
     try:
         results = accept(_bodies(items))
     except ApiError as exc:  # about the model itself (unknown, failed): every submission gets it
         return [(s, exc.status, exc.body(), exc) for s in items]
-    out: list[tuple[_Submission, int, dict[str, Any], ApiError | None]] = []
+    out: list[_Answer] = []
     start = 0
     for item in items:
         part, start = results[start : start + len(item.bodies)], start + len(item.bodies)

@@ -12,13 +12,12 @@ from sqlalchemy import Select, Update, bindparam, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from service.db.base import table, utcnow
+from service.db.postgres import insert_history, session_connection
 from service.db.tables import DeletionRequest, RequestEvent, RequestSubject
 from service.states import RequestState
 
-# built once on the Core tables (docs/decisions.md, "Statements built once")
-_requests = table(DeletionRequest).c
+_requests = table(DeletionRequest).c  # statements built once (docs/decisions.md)
 _INSERT_REQUESTS = insert(table(DeletionRequest)).returning(_requests.id, sort_by_parameter_order=True)
-_INSERT_EVENTS = insert(table(RequestEvent))
 _INSERT_SUBJECTS = insert(table(RequestSubject))
 _ANY_QUEUED = select(
     exists().where(_requests.model_id == bindparam("model_id"), _requests.state == RequestState.QUEUED)
@@ -27,7 +26,6 @@ _ANY_QUEUED = select(
 
 @cache
 def _in_states(lock: bool, limited: bool) -> Select[DeletionRequest]:
-    """:meth:`DeletionRepository.in_states`'s statement, built once per form."""
     stmt = (
         select(DeletionRequest)
         .where(
@@ -65,8 +63,7 @@ class DeletionRepository:
         self.session = session
 
     def insert_many(self, rows: list[dict[str, Any]]) -> list[int]:
-        """Insert request rows (column -> value) in one batched Core INSERT ... RETURNING (a burst inserts
-        hundreds: ORM objects would cost more to track than to store); their ids, in order."""
+        """Insert request rows (column -> value) in one Core INSERT ... RETURNING; their ids, in order."""
         if not rows:
             return []
         return list(self.session.scalars(_INSERT_REQUESTS, rows))
@@ -83,18 +80,12 @@ class DeletionRepository:
         return self.session.get(DeletionRequest, request_id, populate_existing=True)
 
     def lock(self, request_id: int) -> DeletionRequest | None:
-        return self.session.execute(
-            select(DeletionRequest)
-            .where(DeletionRequest.id == request_id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        ).scalar_one_or_none()
+        return self.session.get(DeletionRequest, request_id, populate_existing=True, with_for_update=True)
 
     def in_states(
         self, model_id: int, states: Sequence[RequestState], limit: int | None = None, *, lock: bool = True
     ) -> list[DeletionRequest]:
-        """Requests of a model in ``states``, oldest first, by default locked until the transaction ends
-        (a concurrent cancel waits for the worker's decision instead of racing it)."""
+        """Requests of a model in ``states``, oldest first, by default locked until the transaction ends."""
         params: dict[str, Any] = {"model_id": model_id, "states": list(states)}
         if limit is not None:
             params["limit"] = limit
@@ -121,19 +112,11 @@ class DeletionRepository:
         self.add_events([(request_id, state, at, detail)])
 
     def add_events(self, events: Sequence[tuple[int, RequestState, datetime, str | None]]) -> None:
-        """Insert (request id, state, at, detail) rows in this order (one executemany)."""
-        if events:
-            self.session.execute(
-                _INSERT_EVENTS,
-                [{"request_id": r, "state": st, "at": at, "detail": d} for r, st, at, d in events],
-            )
+        """Insert (request id, state, at, detail) rows in this order."""
+        insert_history(session_connection(self.session), events)
 
     def events(self, request_id: int) -> builtins.list[RequestEvent]:
-        return list(
-            self.session.scalars(
-                select(RequestEvent).where(RequestEvent.request_id == request_id).order_by(RequestEvent.id)
-            )
-        )
+        return self.events_for([request_id])[request_id]
 
     def events_for(self, request_ids: Sequence[int]) -> dict[int, builtins.list[RequestEvent]]:
         out: dict[int, list[RequestEvent]] = {rid: [] for rid in request_ids}

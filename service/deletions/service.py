@@ -66,8 +66,7 @@ def fan_out_models(uow: UnitOfWork, dataset_id: int) -> list[int]:
 
 
 def as_outcome(answer: Outcome | BaseException) -> Outcome:
-    """One model's answer to a dataset-wide deletion: the outcome, or an ApiError as an outcome; any
-    other exception is raised."""
+    """One model's answer to a dataset-wide deletion as an outcome (an ApiError too); others raised."""
     if isinstance(answer, ApiError):
         return Outcome(answer.status, answer.body(), replayed=False)
     if isinstance(answer, BaseException):
@@ -79,14 +78,13 @@ KEY_MISUSE = ("idempotency_key_reused", "idempotency_key_in_flight")
 
 
 def key_misuse(outcomes: list[Outcome]) -> Outcome | None:
-    """If every model refused the Idempotency-Key (reused: 422, in flight: 409), that refusal (422 first);
-    else None."""
+    """If every model refused the Idempotency-Key (reused: 422, in flight: 409), that refusal; else None."""
     refused = [
         o for o in outcomes if o.status != 202 and (o.body.get("error") or {}).get("code") in KEY_MISUSE
     ]
     if not outcomes or len(refused) < len(outcomes):
         return None
-    return min(refused, key=lambda o: KEY_MISUSE.index(o.body["error"]["code"]))  # the 422 before the 409
+    return min(refused, key=lambda o: KEY_MISUSE.index(o.body["error"]["code"]))
 
 
 def fan_out_report(dataset_id: int, models: list[int], outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
@@ -123,9 +121,8 @@ def accept_many(
 def submit_many(
     uow: UnitOfWork, hasher: SubjectHasher, model_id: int, bodies: list[DeletionIn], sla_seconds: float
 ) -> list[DeletionAccepted | ApiError]:
-    """Validate each request against the model's remaining training set and queue the valid ones; per
-    request, the DeletionAccepted or the error (422 unknown ids, 409 forgotten ids). Raises for the model
-    itself (404, 410, 409). The caller commits, then calls :func:`service.jobs.drain.request_update`."""
+    """Queue each request valid against the model's remaining training set; per request, the
+    DeletionAccepted or the error (422 unknown ids, 409 forgotten ids). Raises for the model itself."""
     model = uow.models.get(model_id)
     check_accepting(model, model_id)
     assert model is not None
@@ -170,8 +167,7 @@ def named_subjects(bodies: Sequence[DeletionIn]) -> tuple[list[str], list[str]]:
 
 @dataclass
 class SubmissionPlan:
-    """What accepting requests writes: accepted rows with their subject hashes, and each request's
-    outcome (an error, or None for accepted)."""
+    """Accepted rows with their subject hashes, and each request's outcome (an error, or None: accepted)."""
 
     model_id: int
     now: datetime
@@ -227,8 +223,7 @@ def plan_submissions(
     erased_among: Callable[[list[str]], dict[str, int | None]],
     sla_seconds: float,
 ) -> SubmissionPlan:
-    """Check each request against the named subjects still there (``owner_samples``: owner -> samples,
-    ``sample_owner``: sample -> owner); ``erased_among`` is called only if some id is missing."""
+    """Check each request against the named subjects still there (``erased_among``: if an id is missing)."""
     items = [(list(dict.fromkeys(b.owner_ids)), list(dict.fromkeys(b.sample_ids))) for b in bodies]
     missing = [
         ([o for o in owners if o not in owner_samples], [s for s in samples if s not in sample_owner])
@@ -238,15 +233,13 @@ def plan_submissions(
         hasher.sample(s) for _, ms in missing for s in ms
     ]
     erased = erased_among(lost) if lost else {}
-    by_request = {h: f" by request {r}" if r else "" for h, r in erased.items()}
+    erased_by = {h: f" by request {r}" if r else "" for h, r in erased.items()}
     now = utcnow()
     plan = SubmissionPlan(model.id, now, _expected_by(model, now, sla_seconds), [], [])
     for body, (owners, samples), (lost_owners, lost_samples) in zip(bodies, items, missing):
         if lost_owners or lost_samples:
             holder = f"model {model.id}'s training set"
-            plan.outcomes.append(
-                missing_subjects_error(hasher, lost_owners, lost_samples, by_request, holder)
-            )
+            plan.outcomes.append(missing_subjects_error(hasher, lost_owners, lost_samples, erased_by, holder))
             continue
         covered = {s for o in owners for s in owner_samples[o]} | set(samples)
         row = {
@@ -261,7 +254,7 @@ def plan_submissions(
             "updated_at": now,
         }
         hashes = {hasher.owner(o): "owner" for o in owners} | {hasher.sample(s): "sample" for s in samples}
-        hashes |= graph_hashes(hasher, body)  # edges, node features, graphs (service.graphs)
+        hashes |= graph_hashes(hasher, body)
         plan.accepted.append((row, hashes))
         plan.outcomes.append(None)  # the DeletionAccepted, once the row has its id
     return plan
@@ -270,8 +263,7 @@ def plan_submissions(
 def missing_subjects_error(
     hasher: SubjectHasher, owners: list[str], samples: list[str], erased: Mapping[str, str], holder: str
 ) -> ApiError:
-    """The error for ids ``holder`` does not hold: 422 naming those never held; 409 if all were forgotten.
-    ``erased``: subject hash -> message suffix (" by request 7", or "")."""
+    """422 naming the ids ``holder`` never held; 409 if all were forgotten (``erased``: hash -> suffix)."""
     hashed = {hasher.owner(o): ("owner", o) for o in owners} | {
         hasher.sample(s): ("sample id", s) for s in samples
     }
@@ -294,14 +286,13 @@ def missing_subjects_error(
 
 
 def _expected_by(model: Model | Any, now: datetime, sla_seconds: float) -> datetime:
-    wait = sla_seconds
-    if model.status in _FITTING and model.eta_seconds:
-        wait += model.eta_seconds
-    return now + timedelta(seconds=wait)
+    eta = model.eta_seconds if model.status in _FITTING and model.eta_seconds else 0.0
+    return now + timedelta(seconds=sla_seconds + eta)
 
 
-def get_request(uow: UnitOfWork, request_id: int) -> DeletionRequest:
-    request = uow.deletions.get(request_id)
+def get_request(uow: UnitOfWork, request_id: int, *, lock: bool = False) -> DeletionRequest:
+    """The request (``lock``: locked until the transaction ends); 404 if there is none."""
+    request = uow.deletions.lock(request_id) if lock else uow.deletions.get(request_id)
     if request is None:
         raise NotFound(f"deletion request {request_id} does not exist")
     return request
@@ -310,6 +301,7 @@ def get_request(uow: UnitOfWork, request_id: int) -> DeletionRequest:
 def request_out(uow: UnitOfWork, request: DeletionRequest, history: list | None = None) -> DeletionOut:
     events = history if history is not None else uow.deletions.events(request.id)
     version = uow.models.version(request.version_id) if request.version_id else None
+    ref = VersionRef(seq=version.seq, kind=version.kind, certificate=version.certificate) if version else None
     subjects = request.subjects
     return DeletionOut(
         id=request.id,
@@ -319,9 +311,7 @@ def request_out(uow: UnitOfWork, request: DeletionRequest, history: list | None 
         num_owner_ids=len(subjects.get("owner_ids", [])) if subjects else None,
         num_sample_ids=len(subjects.get("sample_ids", [])) if subjects else None,
         history=[HistoryEntry(state=e.state, at=e.at, detail=e.detail) for e in events],
-        version=VersionRef(seq=version.seq, kind=version.kind, certificate=version.certificate)
-        if version
-        else None,
+        version=ref,
         failure_reason=request.failure_reason,
         callback=(
             CallbackOut(
@@ -337,23 +327,16 @@ def request_out(uow: UnitOfWork, request: DeletionRequest, history: list | None 
 
 
 def cancel(uow: UnitOfWork, request_id: int) -> DeletionRequest:
-    request = uow.deletions.lock(request_id)
-    if request is None:
-        raise NotFound(f"deletion request {request_id} does not exist")
+    request = get_request(uow, request_id, lock=True)
     if request.state not in CANCELABLE:
         raise Conflict(
             f"deletion request {request_id} is {request.state}: only a request still waiting (queued or "
             "awaiting_retrain) can be canceled",
             code="not_cancelable",
         )
-    now = utcnow()
     request.state = RequestState.CANCELED
     request.subjects = None
-    uow.deletions.add_event(request.id, RequestState.CANCELED, now)
-    uow.audit.append(
-        requests_chain(request.model_id),
-        "deletion.canceled",
-        model_id=request.model_id,
-        request_id=request.id,
-    )
+    uow.deletions.add_event(request.id, RequestState.CANCELED, utcnow())
+    chain = requests_chain(request.model_id)
+    uow.audit.append(chain, "deletion.canceled", model_id=request.model_id, request_id=request.id)
     return request

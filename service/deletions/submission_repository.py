@@ -1,9 +1,5 @@
-"""Accepting a batch of deletion submissions on Postgres, in one transaction of the intake's unit of work:
-:meth:`SubmissionRepository.claim` claims the keys and reads each model's facts, :meth:`~SubmissionRepository.
-accept_submissions` plans in memory, :meth:`~SubmissionRepository.save` writes. Pipelined
-(:mod:`service.db.postgres`): two round trips per batch. Requests naming graph items go through the
-repositories instead (:func:`service.deletions.service.accept_many`).
-"""
+"""Accepting a batch of deletion submissions on Postgres in one transaction, pipelined
+(:mod:`service.db.postgres`). Requests naming graph items go through the repositories instead."""
 
 from __future__ import annotations
 
@@ -53,7 +49,7 @@ SELECT * FROM unnest(%s::int[], %s::varchar[], %s::varchar[])
 
 @dataclass
 class ModelFacts:
-    """What accepting deletions reads of a model's row (:func:`check_accepting`, the SLA's estimate)."""
+    """What accepting deletions reads of a model's row."""
 
     id: int
     status: str
@@ -64,8 +60,6 @@ class ModelFacts:
 
 @dataclass
 class _ModelReads:
-    """One model's answers from the first pipeline."""
-
     model: Cursor[Any]
     owners: Cursor[Any] | None
     samples: Cursor[Any] | None
@@ -75,7 +69,7 @@ class _ModelReads:
 
 @dataclass
 class _Accepting:
-    """One model's part of the batch: what :meth:`SubmissionRepository.claim` read, and the plans so far."""
+    """One model's part of the batch: what :meth:`SubmissionRepository.claim` read, and its plans."""
 
     model: ModelFacts | None
     owner_samples: dict[str, list[str]]
@@ -86,8 +80,7 @@ class _Accepting:
 
 
 class SubmissionRepository:
-    """One intake batch's statements: :meth:`claim`, then :meth:`accept_submissions` per model, then
-    :meth:`save`."""
+    """One intake batch's statements: :meth:`claim`, :meth:`accept_submissions` per model, :meth:`save`."""
 
     def __init__(self, conn: Connection[Any], hasher: SubjectHasher, sla_seconds: float) -> None:
         self._conn = conn
@@ -102,9 +95,7 @@ class SubmissionRepository:
         expires_at: datetime,
         bodies_by_model: dict[int, list[DeletionIn]],
     ) -> set[tuple[str, str]]:
-        """Claim ``keys`` ((scope, key, fingerprint), new ones in flight) and read what accepting
-        ``bodies_by_model`` needs (each model's row, named subjects, request ids and locked chain head);
-        returns the (scope, key) pairs claimed."""
+        """Claim ``keys`` and read what accepting ``bodies_by_model`` needs; returns the pairs claimed."""
         conn = self._conn
         reads: dict[int, _ModelReads] = {}
         with conn.pipeline():
@@ -116,7 +107,7 @@ class SubmissionRepository:
                     owners=_named(conn, _OWNER_SAMPLES, model_id, owners),
                     samples=_named(conn, _SAMPLE_OWNERS, model_id, samples),
                     ids=conn.execute(_REQUEST_IDS, (len(bodies),)),
-                    # No genesis head here: the model may not exist. Its first request creates it (save).
+                    # no genesis head: the model may not exist (save creates it)
                     head=lock_chain_head(conn, requests_chain(model_id), create=False),
                 )
         for model_id, read in reads.items():
@@ -137,8 +128,7 @@ class SubmissionRepository:
     def accept_submissions(
         self, model_id: int, bodies: list[DeletionIn]
     ) -> list[DeletionAccepted | ApiError]:
-        """:func:`service.deletions.service.submit_many`'s answers for ``bodies`` from what :meth:`claim`
-        read (ApiError raised for the model itself); written by :meth:`save`."""
+        """:func:`service.deletions.service.submit_many`'s answers from what :meth:`claim` read."""
         accepting = self._models[model_id]
         check_accepting(accepting.model, model_id)
         plan = plan_submissions(
@@ -155,16 +145,15 @@ class SubmissionRepository:
         return plan.results(ids)
 
     def _erased_among(self, model_id: int, hashes: list[str]) -> dict[str, int | None]:
-        """Which of ``hashes`` the model erased, and by which request (only when a named id is missing)."""
+        """Which of ``hashes`` the model erased, and by which request."""
         return dict(self._conn.execute(_ERASED_AMONG, (model_id, array_literal(hashes))).fetchall())
 
     def save(
         self, answers: Sequence[tuple[str, str, int, dict[str, Any]]], uow: UnitOfWork | None = None
     ) -> None:
-        """Insert the accepted requests with their subjects, history and audit events, and store each
-        key's answer ((scope, key, status, body)); ``uow``'s COMMIT goes with them when it can."""
+        """Insert the accepted requests and store each key's answer; ``uow``'s COMMIT goes with them."""
         conn = self._conn
-        heads = {model_id: self._head(model_id) for model_id, a in self._models.items() if _accepted(a)}
+        heads = {m: self._head(m) for m, a in self._models.items() if any(p.accepted for p, _ in a.plans)}
         accepted = 0
         with conn.pipeline():
             for model_id, accepting in self._models.items():
@@ -180,7 +169,7 @@ class SubmissionRepository:
         metrics.DELETIONS_RECEIVED.inc(accepted)
 
     def _head(self, model_id: int) -> ChainHead:
-        """The model's requests chain head, locked; created at genesis for the model's first request."""
+        """The model's requests chain head, locked (created for the model's first request)."""
         accepting = self._models[model_id]
         if accepting.head is None:
             chain = requests_chain(model_id)
@@ -189,12 +178,8 @@ class SubmissionRepository:
 
 
 def _named(conn: Connection[Any], statement: str, model_id: int, names: list[str]) -> Cursor[Any] | None:
-    """In a pipeline: the model's remaining rows of the named owners or samples (None: none named)."""
+    """The model's rows of the named owners or samples (None: none named)."""
     return conn.execute(statement, (model_id, array_literal(names))) if names else None
-
-
-def _accepted(accepting: _Accepting) -> bool:
-    return any(plan.accepted for plan, _ in accepting.plans)
 
 
 def _insert_requests(conn: Connection[Any], plan: SubmissionPlan, ids: list[int]) -> None:

@@ -1,5 +1,4 @@
-"""SQL for idempotency keys: the one place keys are claimed (:func:`claim_keys`) and answers stored
-(:func:`store_answers`), for the unit of work and the deletion intake's pipelined submissions alike."""
+"""SQL for idempotency keys: the one place keys are claimed and answers stored."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ WHERE idempotency_keys.scope = t.scope AND idempotency_keys.key = t.key
 def claim_keys(
     conn: Connection[Any], keys: Sequence[tuple[str, str, str]], created_at: datetime, expires_at: datetime
 ) -> Cursor[Any]:
-    """Insert ``(scope, key, fingerprint)`` rows as in flight (in a pipeline or not); the cursor's rows are
-    the (scope, key) pairs inserted (a key that exists is left as it is)."""
+    """Insert ``(scope, key, fingerprint)`` rows as in flight; the cursor's rows are the pairs inserted."""
     return conn.execute(_CLAIM, (created_at, expires_at, *array_columns(keys)))
 
 
@@ -62,16 +60,12 @@ class IdempotencyRepository:
     def get(self, scope: str, key: str) -> IdempotencyKey | None:
         return self.session.get(IdempotencyKey, (scope, key), populate_existing=True)
 
-    def complete(self, scope: str, key: str, status: int, body: dict[str, Any]) -> None:
-        self.complete_many([(scope, key, status, body)])
-
     def complete_many(self, answers: list[tuple[str, str, int, dict[str, Any]]]) -> None:
-        """:meth:`complete` for many ``(scope, key, status, body)`` (one statement)."""
+        """Mark keys done with their answers ``(scope, key, status, body)`` (one statement)."""
         store_answers(session_connection(self.session), answers)
 
     def release_abandoned(self, scope: str, key: str, now: datetime, in_flight_before: datetime) -> bool:
-        """Delete the key if it expired, or if it is ``in_flight`` since before ``in_flight_before`` (its
-        owner committed the claim alone and died); whether it was. Waits for a transaction that holds it."""
+        """Delete the key if expired, or in flight since before ``in_flight_before``; whether it was."""
         result = self.session.execute(
             delete(IdempotencyKey).where(
                 IdempotencyKey.scope == scope,

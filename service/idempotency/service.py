@@ -1,14 +1,7 @@
 """Idempotency-Key, following the IETF draft (draft-ietf-httpapi-idempotency-key-header): no key: 400;
-seen with the same body: the stored response replayed (ids stored by position, :func:`at_rest`); with a
-different body: 422; first request still in flight: 409.
-
-The key is claimed in the transaction of the work it guards, which stores the answer: the claim, the work
-and the answer commit together or not at all. A duplicate sent meanwhile waits on the key's unique index
-until the first commits (then it replays the answer) or rolls back (then it claims the key itself); a
-process killed mid-request leaves no claim behind. A handler's :class:`ApiError` rolls the work back and
-is stored as the key's answer in a fresh transaction. A key left ``in_flight`` by an older version (which
-committed the claim on its own) for :data:`IN_FLIGHT_TAKEOVER_SECONDS` is taken over, as is an expired key.
-"""
+seen with the same body: the stored response replayed (:func:`at_rest`); with a different body: 422; first
+request still in flight: 409. The key is claimed in the transaction of the work it guards, which stores the
+answer (docs/decisions.md, "An idempotency claim commits with its work")."""
 
 from __future__ import annotations
 
@@ -25,14 +18,14 @@ from service.errors import ApiError, BadRequest, Conflict, Unprocessable
 from service.subjects import Redactor, SubjectHasher, request_positions
 from service.uow import UnitOfWork
 
-# printable ASCII without surrounding spaces, bare or as an RFC 8941 string ("abc"), naming the same key
+# printable ASCII without surrounding spaces, bare or as an RFC 8941 string ("abc")
 _BARE_KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
 _SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
 _SF_ESCAPE = re.compile(r'\\(["\\])')
 
 IN_FLIGHT_TAKEOVER_SECONDS = 30.0
-"""A key committed ``in_flight`` (only older versions did) this long ago is abandoned: taken over."""
-_CLAIM_ATTEMPTS = 3  # claim, take over, or read: the row can vanish in between (purged, taken over)
+"""A key committed ``in_flight`` this long ago is abandoned: taken over."""
+_CLAIM_ATTEMPTS = 3  # the row can vanish between claim, take-over and read
 
 
 @dataclass(frozen=True)
@@ -58,7 +51,7 @@ def check_key(key: str | None) -> str:
         )
     quoted = _SF_STRING.fullmatch(key)
     value = _SF_ESCAPE.sub(r"\1", quoted.group(1)) if quoted else key
-    # a leading quote is refused in the unquoted value too, so check_key(check_key(k)) == check_key(k)
+    # a leading quote is refused in the unquoted value too: check_key is idempotent
     if not _BARE_KEY.fullmatch(value) or value.startswith('"'):
         raise BadRequest(
             "the Idempotency-Key must be 1 to 255 printable ASCII characters without leading or trailing "
@@ -70,8 +63,7 @@ def check_key(key: str | None) -> str:
 
 
 def at_rest(payload: Any) -> Redactor:
-    """How answers to the request ``payload`` (its JSON form) are stored: each id it names, where a message
-    quotes it, by its position in the request (which a replay's client sent too)."""
+    """How answers to the request ``payload`` (JSON) are stored: each id it names by its position."""
     return Redactor(lambda: request_positions(payload) if isinstance(payload, Mapping) else {})
 
 
@@ -87,8 +79,8 @@ def run(
     takeover_seconds: float = IN_FLIGHT_TAKEOVER_SECONDS,
 ) -> Outcome:
     """Run ``handler(uow)`` -> (status, body) at most once per (scope, key), in the transaction that
-    claims the key, and commit; the answer is returned as given and stored :func:`at_rest` (what a replay
-    returns). A replay, a reused key (422) or a key in flight (409) is answered without ``handler``."""
+    claims the key, and commit; the answer is stored :func:`at_rest`. A replay, a reused key (422) or a key
+    in flight (409) is answered without ``handler``; its :class:`ApiError` is stored as the answer."""
     key = check_key(key)
     digest = fingerprint(hasher, body)
     stored = at_rest(body)
@@ -102,14 +94,13 @@ def run(
         except ApiError as exc:
             refused = exc
         else:
-            uow.idempotency.complete(scope, key, status, stored.json(response))
+            uow.idempotency.complete_many([(scope, key, status, stored.json(response))])
             uow.commit()
             return Outcome(status, response, replayed=False)
-    # The work rolled back with the claim. A client error is the answer to this key too: a retry with the
-    # same body gets it again (unless a duplicate claimed the key meanwhile: its answer stands).
+    # The work rolled back with the claim; unless a duplicate claimed the key meanwhile, the error is stored.
     with new_uow() as uow:
         if uow.idempotency.claim(scope, key, digest, expires):
-            uow.idempotency.complete(scope, key, refused.status, stored.json(refused.body()))
+            uow.idempotency.complete_many([(scope, key, refused.status, stored.json(refused.body()))])
             uow.commit()
     raise refused
 
@@ -117,18 +108,17 @@ def run(
 def _claim(
     uow: UnitOfWork, scope: str, key: str, digest: str, expires: datetime, takeover_seconds: float
 ) -> Outcome | None:
-    """Claim the key in ``uow`` (waiting for a duplicate's transaction that holds it); None when claimed,
-    else the replayed outcome (or the 409/422 of the draft)."""
+    """Claim the key in ``uow``; None when claimed, else the replayed outcome (or the 409/422)."""
     for _ in range(_CLAIM_ATTEMPTS):
-        if uow.idempotency.claim(scope, key, digest, expires):  # the common case: one statement
+        if uow.idempotency.claim(scope, key, digest, expires):
             return None
         now = utcnow()
         if uow.idempotency.release_abandoned(scope, key, now, now - timedelta(seconds=takeover_seconds)):
-            continue  # expired, or left in flight by a dead owner: a new key
+            continue  # expired, or abandoned: a new key
         existing = uow.idempotency.get(scope, key)
         if existing is not None:
             return _answer(existing, digest)
-    raise Conflict(  # claimed and released again meanwhile: let the client retry
+    raise Conflict(
         "a request with this Idempotency-Key is being processed; retry shortly",
         code="idempotency_key_in_flight",
     )

@@ -1,9 +1,6 @@
-"""Callback delivery: POST the outcome of a deletion to the URL its client gave (its own job, lane ``io``).
-
-A failed attempt is retried through the outbox with exponential backoff, up to
-``callback_max_attempts``, then ``callback_state = failed``. Only addresses allowed by
-:mod:`service.callback_targets` are reached; with ``callback_signing_key`` each POST is signed.
-"""
+"""Callback delivery: POST the outcome of a deletion to the URL its client gave, to addresses
+:mod:`service.callback_targets` allows, signed with ``callback_signing_key``; a failed attempt is retried
+through the outbox with exponential backoff up to ``callback_max_attempts``, then ``failed``."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ import json
 import logging
 import time
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
@@ -21,19 +18,12 @@ from service import metrics
 from service.audit.service import requests_chain
 from service.callback_targets import CallbackRefused, resolve
 from service.db.base import utcnow
-from service.settings import Settings
+from service.db.tables import DeletionRequest
+from service.jobs.heartbeat import JobContext
 from service.states import CallbackState
 from service.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
-
-
-class CallbackContext(Protocol):
-    """What delivering a callback uses of the process's runtime."""
-
-    @property
-    def settings(self) -> Settings: ...
-    def uow(self) -> UnitOfWork: ...
 
 
 SIGNATURE_HEADER = "Lethe-Signature"
@@ -57,7 +47,7 @@ def callback_body(request: Any, version_seq: int | None) -> dict[str, Any]:
     }
 
 
-def deliver_callback(rt: CallbackContext, request_id: int, attempt: int = 1) -> None:
+def deliver_callback(rt: JobContext, request_id: int, attempt: int = 1) -> None:
     """Make attempt number ``attempt`` (a duplicate of an attempt already made does nothing)."""
     with rt.uow() as uow:
         request = uow.deletions.lock(request_id)
@@ -80,46 +70,29 @@ def deliver_callback(rt: CallbackContext, request_id: int, attempt: int = 1) -> 
             return
         if error is None:
             request.callback_state = CallbackState.DELIVERED
-            uow.audit.append(
-                requests_chain(request.model_id),
-                "callback.delivered",
-                model_id=request.model_id,
-                request_id=request_id,
-                payload={"attempt": attempt},
-            )
+            _audit(uow, request, "callback.delivered", {"attempt": attempt})
         elif attempt >= rt.settings.callback_max_attempts or not retry:
             request.callback_state = CallbackState.FAILED
-            log.warning(
-                "callback for request %s gave up after %d attempt(s): %s",
-                request_id,
-                attempt,
-                error.splitlines()[0][:200] if error else "",
-            )
-            uow.audit.append(
-                requests_chain(request.model_id),
-                "callback.failed",
-                model_id=request.model_id,
-                request_id=request_id,
-                payload={"attempts": attempt, "error": error},
-            )
+            cause = error.splitlines()[0][:200] if error else ""
+            log.warning("callback for request %s gave up after %d attempt(s): %s", request_id, attempt, cause)
+            metrics.CALLBACKS.labels("gave_up").inc()
+            _audit(uow, request, "callback.failed", {"attempts": attempt, "error": error})
         else:
-            delay = rt.settings.callback_backoff_seconds * 2 ** (attempt - 1)
-            uow.outbox.add(
-                "deliver_callback",
-                {"request_id": request_id, "attempt": attempt + 1},
-                available_at=utcnow() + timedelta(seconds=delay),
-            )
+            delay, again = rt.settings.callback_backoff_seconds * 2 ** (attempt - 1), attempt + 1
+            due = utcnow() + timedelta(seconds=delay)
+            uow.outbox.add("deliver_callback", {"request_id": request_id, "attempt": again}, available_at=due)
             log.info(
-                "callback for request %s failed (%s); retry %d in %.1fs",
-                request_id,
-                error,
-                attempt + 1,
-                delay,
+                "callback for request %s failed (%s); retry %d in %.1fs", request_id, error, again, delay
             )
         uow.commit()
 
 
-def _post(rt: CallbackContext, url: str, body: dict[str, Any], attempt: int) -> tuple[str | None, bool]:
+def _audit(uow: UnitOfWork, request: DeletionRequest, event: str, payload: dict[str, Any]) -> None:
+    chain = requests_chain(request.model_id)
+    uow.audit.append(chain, event, model_id=request.model_id, request_id=request.id, payload=payload)
+
+
+def _post(rt: JobContext, url: str, body: dict[str, Any], attempt: int) -> tuple[str | None, bool]:
     """POST ``body`` to the checked address of ``url``, not following redirects; (error or None, retry?)."""
     try:
         target = resolve(url, rt.settings.callback_networks)

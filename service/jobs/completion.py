@@ -1,9 +1,5 @@
-"""After a version commits: serve it, delete the garbage it left, then complete its requests.
-
-A request is ``completed`` only once the version that excludes its subject is the one Redis serves and
-the subject's rows are gone from every store (DESIGN.md, invariants). This module does those steps in
-that order and is idempotent, so the reconciler can run it again after a crash.
-"""
+"""After a version commits: serve it, delete the garbage it left, then complete its requests, in that
+order (DESIGN.md, invariants); idempotent, so the reconciler can run it again after a crash."""
 
 from __future__ import annotations
 
@@ -16,10 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from service import metrics
 from service.db.base import utcnow
 from service.db.tables import ModelVersion
-from service.jobs.completion_repository import Completion, PendingCompletion, complete_version
+from service.jobs.completion_repository import PendingCompletion, complete_version
 from service.jobs.context import CompletionContext
 from service.states import RequestState
-from service.storage.artifacts import ArtifactStore
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -31,7 +26,7 @@ log = logging.getLogger(__name__)
 _NextRound = TypeVar("_NextRound")
 
 _UNLINKERS = 4
-_PARALLEL_FROM = 32  # fewer blobs than this: a thread pool costs more than it saves
+_PARALLEL_FROM = 32  # fewer blobs: unlinked in this thread
 
 
 def publish(rt: CompletionContext, model_id: int, version: ModelVersion) -> None:
@@ -43,21 +38,8 @@ def publish(rt: CompletionContext, model_id: int, version: ModelVersion) -> None
     )
 
 
-def delete_blobs(artifacts: ArtifactStore, blobs: Collection[str]) -> None:
-    """Unlink the blobs, a few at a time when many (each unlink waits on the file system, not on Python)."""
-    if len(blobs) < _PARALLEL_FROM:
-        for digest in blobs:
-            artifacts.delete(digest)
-        return
-    with ThreadPoolExecutor(max_workers=_UNLINKERS) as pool:
-        list(pool.map(artifacts.delete, blobs))
-
-
 def collect_garbage(uow: UnitOfWork, rt: CompletionContext, blobs: Collection[str]) -> None:
-    """Delete those of ``blobs`` no row references, from the artifact store and this process's cache. The
-    collection lock keeps new references from committing until ``uow`` ends (service.storage.refs): a
-    writer relying on a blob either shows it referenced here or finds it gone at its commit and rewrites
-    it. End ``uow`` soon after, so that writers' commits do not wait."""
+    """Delete those of ``blobs`` no row references, under the collection lock until ``uow`` ends (soon)."""
     if not blobs:
         return
     uow.refs.lock_for_collection()
@@ -65,31 +47,26 @@ def collect_garbage(uow: UnitOfWork, rt: CompletionContext, blobs: Collection[st
 
 
 def _unlink(rt: CompletionContext, blobs: Collection[str]) -> None:
-    """Delete unreferenced ``blobs`` (under the collection lock) from the artifact store and the cache."""
-    delete_blobs(rt.artifacts, blobs)
+    """Delete ``blobs`` from the artifact store (a few at a time when many) and the cache."""
+    if len(blobs) < _PARALLEL_FROM:
+        for digest in blobs:
+            rt.artifacts.delete(digest)
+    else:
+        with ThreadPoolExecutor(max_workers=_UNLINKERS) as pool:
+            list(pool.map(rt.artifacts.delete, blobs))
     rt.cache.forget(blobs)
 
 
 def finish(
     rt: CompletionContext, model_id: int, version_id: int, committed: ModelVersion | None = None
 ) -> None:
-    """Serve the model's current version, delete the version's garbage blobs, complete its requests.
-    ``committed``: the version's row as just committed as current (published at once, not read again).
-
-    One transaction: publish; lock the applied requests and the completions chain's head; take the
-    collection lock and unlink the garbage; mark the requests completed, stamped after the unlinks (no
-    signed ``completed_at`` names a time the subject's blobs still existed); commit. The collection lock
-    comes after every row lock, so no deadlock: a writer holding it (shared) is inside its commit,
-    waiting on no row lock, while a row lock this waits for belongs to a writer not yet at that lock.
-    """
+    """Serve the model's current version, delete the version's garbage blobs, complete its requests, in
+    one transaction (:func:`~service.jobs.completion_repository.complete_version`). ``committed``: the
+    version's row as just committed as current (published at once, not read again)."""
     with rt.uow() as uow:
         version = committed if committed is not None else uow.models.version(version_id)
-        if version is None:
-            return
-        done: Completion[None] | None = _complete(
-            uow.postgres_connection(), uow, rt, model_id, version, committed=committed is not None
-        )
-        _commit_completion(uow, done)
+        if version is not None:
+            _complete(uow, rt, model_id, version, committed=committed is not None)
 
 
 def complete_in_round_transaction(
@@ -103,17 +80,10 @@ def complete_in_round_transaction(
     """:func:`finish` in ``uow``, whose transaction the round's COMMIT began with the completion's reads
     started (``pending``); commits it. ``next_round``: started in the transaction the completion's COMMIT
     begins; returns what it started, ``uow`` left in that transaction (None: committed as usual)."""
-    conn = uow.postgres_connection()
-    done = _complete(conn, uow, rt, model_id, version, committed=True, pending=pending, next_round=next_round)
-    if done is not None and done.next_round is not None:
-        _observe(done)  # committed with its writes; the transaction now is the next round's
-        return done.next_round
-    _commit_completion(uow, done)
-    return None
+    return _complete(uow, rt, model_id, version, committed=True, pending=pending, next_round=next_round)
 
 
 def _complete(
-    conn: Connection[Any],
     uow: UnitOfWork,
     rt: CompletionContext,
     model_id: int,
@@ -122,10 +92,11 @@ def _complete(
     committed: bool,
     pending: PendingCompletion | None = None,
     next_round: Callable[[Connection[Any]], _NextRound] | None = None,
-) -> Completion[_NextRound] | None:
-    """:func:`~service.jobs.completion_repository.complete_version` on ``rt``'s stores."""
-    return complete_version(
-        conn,
+) -> _NextRound | None:
+    """:func:`~service.jobs.completion_repository.complete_version`, committed (unless ``next_round`` ran,
+    whose COMMIT went with the writes); what ``next_round`` started."""
+    done = complete_version(
+        uow.postgres_connection(),
         uow,
         lambda current: publish(rt, model_id, current),
         lambda blobs: _unlink(rt, blobs),
@@ -135,18 +106,13 @@ def _complete(
         pending=pending,
         next_round=next_round,
     )
-
-
-def _commit_completion(uow: UnitOfWork, done: Completion[Any] | None) -> None:
     if done is None:
-        return
-    uow.commit()
-    _observe(done)
-
-
-def _observe(done: Completion[Any]) -> None:
+        return None
+    if done.next_round is None:
+        uow.commit()
     for request in done.requests:
         metrics.observe_completed(request.created_at, done.at)
+    return done.next_round
 
 
 def finish_stalled(rt: CompletionContext, model_id: int, older_than_seconds: float) -> None:

@@ -1,8 +1,5 @@
-"""A version's completion on Postgres (:func:`complete_version`): serve it, delete its garbage, complete
-its requests, in the caller's unit of work. Pipelined (:mod:`service.db.postgres`): the reads in one round
-trip (which an update round may start with its COMMIT: :func:`start_completion`), the writes and the COMMIT
-in another (which may begin the next transaction and start its reads: ``next_round``).
-"""
+"""A version's completion on Postgres (:func:`complete_version`), pipelined (:mod:`service.db.postgres`):
+the reads in one round trip (:func:`start_completion`), the writes and the COMMIT in another."""
 
 from __future__ import annotations
 
@@ -49,8 +46,7 @@ _CALLBACKS_PENDING = (
 
 @dataclass
 class Completion(Generic[_NextRound]):
-    """What a completion did: the requests it completed (oldest first), when, and what ``next_round``
-    started in the transaction its COMMIT began (None: not started)."""
+    """The requests completed (oldest first), when, and what ``next_round`` started (None: not started)."""
 
     requests: list[Completed]
     at: datetime
@@ -61,10 +57,10 @@ class Completion(Generic[_NextRound]):
 class PendingCompletion:
     """A completion's reads and locks, sent in a pipeline (:func:`start_completion`)."""
 
-    current: Cursor[Any]  # the model's current version
-    applied: Cursor[Any]  # the version's applied requests, locked
-    head: Cursor[Any]  # the completions chain's head, locked
-    held: Cursor[Any] | None  # which of the version's garbage blobs a reference holds (None: no garbage)
+    current: Cursor[Any]
+    applied: Cursor[Any]  # locked
+    head: Cursor[Any]  # locked
+    held: Cursor[Any] | None  # which garbage blobs a reference holds (None: no garbage)
 
 
 def start_completion(conn: Connection[Any], model_id: int, version: ModelVersion) -> PendingCompletion:
@@ -92,17 +88,9 @@ def complete_version(
     next_round: Callable[[Connection[Any]], _NextRound] | None = None,
 ) -> Completion[_NextRound] | None:
     """Complete ``version`` in ``uow``'s transaction: ``serve`` publishes the model's current version and
-    ``collect`` deletes the garbage no reference holds, after the locks and before the requests are
-    stamped ``completed``, with their history, callbacks and audit events. None: the model is gone or has
-    no version. The caller then commits ``uow``, unless ``next_round`` ran.
-
-    ``committed``: the caller just committed ``version`` as current; it is published while Postgres
-    answers, again only if the model moved on (safe: the hot store never moves the pointer back, nor past
-    a deleted model's tombstone). ``pending``: the reads, started (:func:`start_completion`) and answered.
-    ``next_round``: when the COMMIT goes with the writes, it starts the next round's reads in the
-    transaction that COMMIT begins; its result is in the :class:`Completion`, and ``uow`` is left in that
-    transaction for the next round."""
-    chain = completions_chain(model_id)
+    ``collect`` deletes the garbage no reference holds, before the requests are stamped ``completed``.
+    None: the model is gone. The caller commits, unless ``next_round`` ran: it starts the next round's
+    reads in the transaction the COMMIT begins. ``committed``: ``version`` was just committed as current."""
     if pending is None:
         with conn.pipeline():
             pending = start_completion(conn, model_id, version)
@@ -115,7 +103,7 @@ def complete_version(
         return None
     current_id = int(current_row[0])
     requests = [Completed(*row) for row in pending.applied.fetchall()]
-    head = chain_head(chain, pending.head.fetchone())
+    head = chain_head(completions_chain(model_id), pending.head.fetchone())
     if not committed or current_id != version.id:
         serve(serving_version(uow, version, current_id))
     if pending.held is not None:
@@ -134,7 +122,6 @@ def complete_version(
             conn.execute(_CALLBACKS_PENDING, (array_literal(called),))
         events = request_version_events("deletion.completed", model_id, version.id, version.seq, ids)
         append_events(conn, head, events, now)
-        # Not with callbacks: their outbox rows are flushed at the commit.
         sent = uow.send_commit(conn, begin_next=next_round is not None)
         started = next_round(conn) if sent and next_round is not None else None
     return Completion(requests, now, started)

@@ -1,16 +1,6 @@
 """A running job's heartbeat: while a training or retrain holds its model, a daemon thread bumps the model's
-``updated_at`` every ``job_heartbeat_seconds``, through the phases outside the fit (reading and writing
-arrays, writing the release, recording it) as through the fit (whose progress reports,
-:mod:`service.jobs.job_guard`, bump it too). The reconciler (:func:`service.maintenance.reconcile`)
-presumes a job silent for ``job_heartbeat_timeout_seconds`` dead and re-queues it.
-
-A beat writes only a model this job claimed: one in the job's state whose ``started_at`` (which a job sets
-when it claims its model) is not older than the heartbeat. A job that finds its model in another job's
-hands, or a retrain still waiting, writes nothing, so a job never keeps a dead one's model looking alive.
-A beat waits at most a moment for the model's row lock (held while a job records its result): a beat
-skipped then is harmless, since the job that holds the lock is alive and a job re-queued meanwhile finds
-the model recorded.
-"""
+``updated_at`` every ``job_heartbeat_seconds`` (docs/decisions.md, "Dead jobs found by heartbeat"), only
+while the model is this job's (in the job's state, ``started_at`` not older than the heartbeat)."""
 
 from __future__ import annotations
 
@@ -35,17 +25,18 @@ HEARTBEAT_JOBS: Mapping[str, Sequence[ModelState]] = {
 """The jobs that hold their model for long (task name -> the model states they hold it in)."""
 
 
-class HeartbeatContext(Protocol):
+class JobContext(Protocol):
+    """What a job's heartbeat, progress guard and callbacks use of the runtime."""
+
     @property
     def settings(self) -> Settings: ...
-
     def uow(self) -> UnitOfWork: ...
 
 
 class Heartbeat:
-    """``with Heartbeat(rt, model_id, states):`` beats for the job run inside (see the module docstring)."""
+    """``with Heartbeat(rt, model_id, states):`` beats for the job run inside."""
 
-    def __init__(self, rt: HeartbeatContext, model_id: int, states: Sequence[ModelState]) -> None:
+    def __init__(self, rt: JobContext, model_id: int, states: Sequence[ModelState]) -> None:
         self._rt, self._model_id, self._states = rt, model_id, list(states)
         self._interval = rt.settings.job_heartbeat_seconds
         self._stop = threading.Event()
@@ -69,12 +60,12 @@ class Heartbeat:
             self._thread.join()
 
     def beat(self) -> bool:
-        """One beat; whether it wrote the row (False: not this job's model now, or its row was busy)."""
+        """One beat; whether it wrote the row (False: not this job's model, or its row was busy)."""
         try:
             with self._rt.uow() as uow:
                 wrote = uow.models.heartbeat(self._model_id, self._states, claimed_since=self.began)
                 uow.commit()
-        except Exception:  # a lock timeout, a database blip: the next beat tries again
+        except Exception:  # the next beat tries again
             log.debug("heartbeat of model %s skipped", self._model_id, exc_info=True)
             return False
         self.beats += wrote
@@ -86,7 +77,7 @@ class Heartbeat:
 
 
 @contextmanager
-def job_heartbeat(rt: HeartbeatContext, task: str, payload: Mapping[str, Any]) -> Iterator[None]:
+def job_heartbeat(rt: JobContext, task: str, payload: Mapping[str, Any]) -> Iterator[None]:
     """A :class:`Heartbeat` around job ``task`` if it is one of :data:`HEARTBEAT_JOBS`, else nothing."""
     states = HEARTBEAT_JOBS.get(task)
     model_id = payload.get("model_id")

@@ -1,37 +1,21 @@
-"""The guard a training job fits under: progress reports, the job's time limit, and its cancellation.
-
-``method.fit`` calls its progress callback every few steps (every method does, through each epoch or
-Newton step); each call checks the job's deadline, and the report written at most every ``interval``
-seconds finds out whether the model is still fitting. A model deleted meanwhile (``DELETE
-/v1/models/{id}``) has left the fitting states, so the report changes no row and the job stops with
-:class:`JobCanceled` within about ``interval`` seconds plus one step; a job past its time limit stops with
-:class:`JobTimedOut`, which fails the training with the limit and the estimate in its reason.
-"""
+"""The guard a training job fits under: progress reports, the job's time limit, and its cancellation
+(docs/decisions.md, "Training lanes, time limits and cancellation")."""
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Protocol
 
 from service.db.tables import Model
 from service.job_limits import JobLimits
-from service.settings import Settings
+from service.jobs.heartbeat import JobContext
 from service.states import ModelState
-from service.uow import UnitOfWork
 from unlearning.errors import UnlearningError
 from unlearning.methods.job_estimate import DataShape, JobEstimate
 from unlearning.methods.protocol import UnlearningMethod
 
 FITTING = (ModelState.TRAINING, ModelState.RETRAINING)
 """The model states in which a job fits the model (and reports its progress)."""
-
-
-class GuardContext(Protocol):
-    @property
-    def settings(self) -> Settings: ...
-
-    def uow(self) -> UnitOfWork: ...
 
 
 class JobCanceled(Exception):
@@ -54,9 +38,9 @@ def job_estimate(method: UnlearningMethod, model: Model) -> JobEstimate:
 class GuardedProgress:
     """``progress(phase, fraction)`` for ``method.fit``: raises :class:`JobTimedOut` past ``time_limit``
     seconds; commits phase, fraction and ETA at most every ``interval`` seconds (and at fraction 1) in its
-    own transaction, raising :class:`JobCanceled` when the model is no longer fitting."""
+    own transaction, raising :class:`JobCanceled` when the model is no longer fitting (deleted)."""
 
-    def __init__(self, rt: GuardContext, model_id: int, estimate: JobEstimate, interval: float = 0.5) -> None:
+    def __init__(self, rt: JobContext, model_id: int, estimate: JobEstimate, interval: float = 0.5) -> None:
         self._rt, self._model_id, self._interval = rt, model_id, interval
         self._estimate = estimate
         self.time_limit = JobLimits.of(rt.settings).time_limit(estimate)

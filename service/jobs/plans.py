@@ -1,6 +1,5 @@
 """Turning queued deletion requests into one batch for ``method.forget``: the union of their subjects as
-a disjoint ``ForgetRequest``, each sample attributed to the first request naming it (or its owner).
-"""
+a disjoint ``ForgetRequest``, each sample attributed to the first request naming it (or its owner)."""
 
 from __future__ import annotations
 
@@ -34,10 +33,7 @@ class Batch:
 
     @property
     def samples(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for p in self.plans:
-            out.update(p.samples)
-        return out
+        return {s: o for p in self.plans for s, o in p.samples.items()}
 
     def forget_request(self) -> ForgetRequest:
         owners = self.owners
@@ -86,7 +82,7 @@ def plan_requests(
                 covered.add(sid)
                 plan.samples[sid] = sample_owner[sid]
         plans.append(plan)
-    plan_graph_items(uow, model_id, plans, covered)  # graph requests (service.graphs)
+    plan_graph_items(uow, model_id, plans, covered)
     return plans
 
 
@@ -102,19 +98,8 @@ def tombstones(
     sample left (``owners_left``: those that keep some), each naming the request it is attributed to."""
     request_of = batch.request_of()
     owner_request = {o: p.request.id for p in batch.plans for o in p.owners}
-    at = utcnow()
-
-    def row(subject_hash: str, kind: str, request_id: int | None) -> dict[str, Any]:
-        return {
-            "model_id": model_id,
-            "subject_hash": subject_hash,
-            "kind": kind,
-            "budget_epoch": budget_epoch,
-            "request_id": request_id,
-            "erased_at": at,
-        }
-
     emptied = sorted({o for o in forgotten.values() if o} - set(owners_left))
-    return [row(hasher.sample(sid), "sample", request_of.get(sid)) for sid in forgotten] + [
-        row(hasher.owner(owner), "owner", owner_request.get(owner)) for owner in emptied
-    ]
+    rows = [(hasher.sample(s), "sample", request_of.get(s)) for s in forgotten]
+    rows += [(hasher.owner(o), "owner", owner_request.get(o)) for o in emptied]
+    common = {"model_id": model_id, "budget_epoch": budget_epoch, "erased_at": utcnow()}
+    return [{**common, "subject_hash": h, "kind": kind, "request_id": r} for h, kind, r in rows]

@@ -1,5 +1,4 @@
-"""Job name -> function. The Celery tasks and the in-process worker both dispatch through here; the lane
-each job runs in is the queue's (:data:`service.queue.LANE_OF_TASK`)."""
+"""Job name -> function, for the Celery tasks and the in-process worker alike."""
 
 from __future__ import annotations
 
@@ -16,13 +15,8 @@ TASKS: dict[str, str] = {
 """Each job as "module:function", imported when first run (keeps torch out of a Celery parent process)."""
 
 
-def job_function(task: str) -> Callable[..., None]:
+def run(context: object, task: str, payload: dict[str, Any]) -> None:
+    """Run job ``task`` with the process's dependencies (:class:`service.runtime.Runtime`) and the payload."""
     module, name = TASKS[task].split(":")
     function: Callable[..., None] = getattr(importlib.import_module(module), name)
-    return function
-
-
-def run(context: object, task: str, payload: dict[str, Any]) -> None:
-    """Run job ``task`` with the process's dependencies (the composition root, :class:`service.runtime.Runtime`)
-    and the message's payload."""
-    job_function(task)(context, **payload)
+    function(context, **payload)

@@ -1,9 +1,5 @@
-"""A deletion request's states past ``queued`` (row, history, audit event), in the caller's unit of work.
-
-``queued`` -> ``applying`` -> ``applied`` (:func:`mark_applied`) -> ``completed``
-(:mod:`service.jobs.completion`); ``queued`` -> ``awaiting_retrain`` (:func:`await_retrain`); any state
-before ``completed`` -> ``failed`` (:func:`fail_request`).
-"""
+"""A deletion request's states past ``queued`` (row, history, audit event), in the caller's unit of work:
+:func:`mark_applied`, :func:`await_retrain`, :func:`fail_request`."""
 
 from __future__ import annotations
 
@@ -30,8 +26,7 @@ def record_erasure(
     *,
     budget_epoch: int,
 ) -> None:
-    """Tombstones (keyed hashes) for the forgotten samples and for owners with nothing left; the plaintext
-    sample rows go."""
+    """Tombstones for the forgotten samples and for owners with nothing left; the sample rows go."""
     uow.models.delete_samples(model.id, list(forgotten))
     emptied = emptied_owners(batch, forgotten)
     owners = {o for o in forgotten.values() if o}
@@ -40,8 +35,7 @@ def record_erasure(
 
 
 def emptied_owners(batch: Batch, forgotten: Mapping[str, str]) -> set[str]:
-    """Owners a request named whole and whose samples were all forgotten: nothing of theirs is left,
-    known without a query (the plan holds every sample they had, read under the model lock)."""
+    """Owners a request named whole whose samples were all forgotten (the plan holds all they had)."""
     named = set(batch.owners)
     kept = {owner for sid, owner in batch.samples.items() if owner in named and sid not in forgotten}
     return named - kept
@@ -57,8 +51,7 @@ def mark_applied(
     *first_events: dict[str, Any],
 ) -> None:
     """The requests are in version ``seq``; ``first_events`` go to the audit log just before theirs.
-    ``claimed_at`` (when the update took them) is recorded as their ``applying`` state; a retrain's
-    requests went through ``retraining`` instead and pass None."""
+    ``claimed_at``: recorded as their ``applying`` state (None: a retrain's)."""
     now = utcnow()
     ids = [r.id for r in requests]
     uow.deletions.set_state(ids, state=RequestState.APPLIED, version_id=version_id)
@@ -77,7 +70,7 @@ def fail_request(
     uow: UnitOfWork, model_id: int, request: DeletionRequest, reason: str, claimed_at: Any = None
 ) -> None:
     """The request failed for ``reason`` (kept :func:`reason_at_rest`): its subjects are dropped, its
-    callback (if any) is queued. ``claimed_at``: when an update took it, recorded as ``applying``."""
+    callback queued. ``claimed_at``: recorded as its ``applying`` state."""
     now = utcnow()
     reason = reason_at_rest(uow, model_id, request, reason)
     request.state = RequestState.FAILED
@@ -86,12 +79,9 @@ def fail_request(
     if claimed_at is not None:
         uow.deletions.add_event(request.id, RequestState.APPLYING, claimed_at)
     uow.deletions.add_event(request.id, RequestState.FAILED, now, reason)
+    chain = model_chain(model_id)
     uow.audit.append(
-        model_chain(model_id),
-        "deletion.failed",
-        model_id=model_id,
-        request_id=request.id,
-        payload={"reason": reason},
+        chain, "deletion.failed", model_id=model_id, request_id=request.id, payload={"reason": reason}
     )
     if request.callback_url:
         request.callback_state = CallbackState.PENDING
@@ -103,9 +93,7 @@ UNNAMED = "<a subject of the request>"
 
 
 def reason_at_rest(uow: UnitOfWork, model_id: int, request: DeletionRequest, reason: str) -> str:
-    """``reason`` (often a method's error, which quotes the id it stopped at) with every id the request
-    names, every remaining sample of the owners it names and every node or graph id of its graph items
-    shown by keyed hash (``h:`` and a prefix, :func:`service.subjects.hashed_names`)."""
+    """``reason`` with every id the request names (and its owners' samples) shown by keyed hash."""
     subjects = request.subjects or {}
 
     def names() -> dict[str, str]:
@@ -114,7 +102,7 @@ def reason_at_rest(uow: UnitOfWork, model_id: int, request: DeletionRequest, rea
         samples += [str(s) for field in PAIR_FIELDS for pair in subjects.get(field, []) for s in pair]
         if owners:
             samples += [s for held in uow.models.samples_of_owners(model_id, owners).values() for s in held]
-        if uow.hasher is None:  # a unit of work made without the deployment's hasher: no name at all
+        if uow.hasher is None:  # no name at all
             return dict.fromkeys([*owners, *samples], UNNAMED)
         return hashed_names(uow.hasher, owners, samples)
 
@@ -134,19 +122,12 @@ def await_retrain(
 def schedule_retrain(
     uow: UnitOfWork, model: Model, reason: str, waiting: Sequence[DeletionRequest] = ()
 ) -> None:
-    """Put the (locked) model in ``retraining`` and queue the retrain job for after the commit; the
-    ``retrain.scheduled`` event names the reason and the requests ``waiting`` for it. While it retrains no
-    update runs: requests submitted meanwhile stay queued and the retrain excludes them too."""
-    model.status = ModelState.RETRAINING
-    model.phase = "waiting"
-    model.progress = 0.0
-    model.eta_seconds = None
-    uow.audit.append(
-        model_chain(model.id),
-        "retrain.scheduled",
-        model_id=model.id,
-        payload={"reason": reason, "requests": [r.id for r in waiting], "budget_epoch": model.budget_epoch},
-    )
+    """Put the (locked) model in ``retraining`` and queue the retrain job; the ``retrain.scheduled`` event
+    names the reason and the requests ``waiting`` for it."""
+    model.status, model.phase = ModelState.RETRAINING, "waiting"
+    model.progress, model.eta_seconds = 0.0, None
+    payload = {"reason": reason, "requests": [r.id for r in waiting], "budget_epoch": model.budget_epoch}
+    uow.audit.append(model_chain(model.id), "retrain.scheduled", model_id=model.id, payload=payload)
     uow.outbox.add(
         "retrain_model", {"model_id": model.id, "reason": reason}, dedupe_key=f"retrain:{model.id}"
     )

@@ -1,5 +1,4 @@
-"""A training or retrain job that met a transient fault (:func:`service.faults.is_transient`) fails
-nothing: :meth:`Run.retry_later` puts its model back where the job found it, with the job queued again."""
+"""A training or retrain job that met a transient fault fails nothing: :meth:`Run.retry_later` re-queues it."""
 
 from __future__ import annotations
 
@@ -31,8 +30,8 @@ DISK_FULL_RETRY_SECONDS = 30.0  # a job that could not write waits this long bef
 
 @dataclass
 class Run:
-    """One run of a training (``kind`` INITIAL) or retrain ("retrain") job, for a transient fault's
-    retry: ``started_at`` is set once the job claimed the model, ``reason`` is a retrain's."""
+    """One run of a training (``kind`` INITIAL) or retrain ("retrain") job: ``started_at`` is set once the
+    job claimed the model, ``reason`` is a retrain's."""
 
     kind: str
     model_id: int
@@ -40,10 +39,9 @@ class Run:
     reason: str | None = None
 
     def retry_later(self, rt: RequeueContext, exc: BaseException) -> None:
-        """Put the model back as it was before this run claimed it (a training ``queued``, a retrain's
-        phase ``waiting``) with its job queued, once the database answers (after 1, 2, 4 ... s); after a
-        full disk the job is due ``DISK_FULL_RETRY_SECONDS`` later, not at once (a fit per attempt). If
-        the database does not answer within ``sum(RETRY_DELAYS)``, recovery re-queues the stale job."""
+        """Put the model back as it was before this run claimed it with its job queued (after a full disk:
+        due ``DISK_FULL_RETRY_SECONDS`` later), once the database answers within ``RETRY_DELAYS``; else
+        recovery re-queues the stale job."""
         log.warning(
             "the %s of model %s met a transient fault (%s); it runs again",
             "first training" if self.kind == INITIAL else "retrain",
@@ -63,8 +61,7 @@ class Run:
         log.warning("model %s: the database did not answer; recovery re-queues its job", self.model_id)
 
     def _requeue(self, rt: RequeueContext, due: timedelta) -> bool:
-        """In one transaction: the model back to its job's gate, the job queued; False when the model is
-        no longer this run's (deleted, done, or claimed by another run)."""
+        """The model back to its job's gate, the job queued; False when the model is no longer this run's."""
         with rt.uow() as uow:
             model = uow.models.lock(self.model_id)
             if model is None:

@@ -1,15 +1,6 @@
-"""An update round's transaction on Postgres: lock what the round works on, then record its version.
-
-In one transaction of the caller's unit of work (:func:`service.jobs.update_round.apply_batch`):
-:func:`lock_round` locks the model (``FOR NO KEY UPDATE``) and its queued requests (oldest first, ``FOR
-UPDATE``) and reads its current version and the named subjects' samples, as the session's objects;
-:func:`record_round`, once the round's blobs are written, locks the source dataset, the model chain's head
-and the commit's lock (:data:`service.storage.refs.COLLECTION_LOCK_KEY`), writes what a retrain writes
-through the repositories (same helpers: :mod:`service.jobs.versions`, :mod:`service.jobs.request_lifecycle`)
-and commits. Pipelined on the unit of work's connection (:mod:`service.db.postgres`): three round trips
-per round; the reads may start in the previous transaction (:func:`start_lock_round`), and the round's
-COMMIT starts its completion's (:func:`service.jobs.completion_repository.start_completion`).
-"""
+"""An update round's transaction on Postgres, pipelined (:mod:`service.db.postgres`): :func:`lock_round`
+locks the model and its queued requests and reads what the round plans on; :func:`record_round` writes the
+round's version, as a retrain writes one through the repositories, and commits."""
 
 from __future__ import annotations
 
@@ -52,8 +43,7 @@ if TYPE_CHECKING:
     from service.uow import UnitOfWork
 
 
-# The queued requests' named subjects the model still holds. ``= ANY(ARRAY(subquery))``, not ``IN``: one
-# array found through the samples' indexes, where ``IN`` hash-joined the model's every sample.
+# The queued requests' named subjects the model still holds (docs/decisions.md, "Named subjects").
 _NAMED_OWNERS = f"""
 SELECT s.owner_id, s.sample_id FROM samples s
 WHERE s.model_id = %(model_id)s AND s.owner_id = ANY(ARRAY(
@@ -70,22 +60,20 @@ WHERE s.model_id = %(model_id)s AND s.sample_id = ANY(ARRAY(
 
 @dataclass
 class LockedRound:
-    """What a round reads under the model lock (None: unknown model, no version) and the named subjects'
-    samples still there (owner -> samples, sample -> owner)."""
+    """What a round reads under the model lock (None: unknown model, no version)."""
 
     model: Model | None
     requests: list[DeletionRequest]
     version: ModelVersion | None
-    owner_samples: dict[str, list[str]] | None = None  # None: not read (the plan looks them up)
+    owner_samples: dict[str, list[str]] | None = None  # None: not read
     sample_owner: dict[str, str] | None = None
 
 
 @dataclass
 class PendingRoundLock:
-    """:func:`lock_round`'s statements, sent in a pipeline (:func:`start_lock_round`); their answers are
-    read once it ends (:func:`finish_lock_round`)."""
+    """:func:`lock_round`'s statements sent in a pipeline, answered by :func:`finish_lock_round`."""
 
-    known: KnownRow | None  # the model's manifests as this process noted them (read only if changed)
+    known: KnownRow | None  # the model's manifests as this process noted them
     model: Cursor[Any]
     requests: Cursor[Any]
     version: Cursor[Any]
@@ -100,9 +88,8 @@ def lock_round(
     limit: int,
     manifests: KnownManifests | None = None,
 ) -> LockedRound:
-    """Lock the model's row and up to ``limit`` of its queued requests (oldest first) and read them, its
-    current version and the named subjects' samples as session objects (:func:`~service.db.postgres.adopt`).
-    ``manifests``: the model's manifests are re-read only if its row changed since this process wrote them."""
+    """Lock the model's row and up to ``limit`` of its queued requests (oldest first); read them, its current
+    version and the named subjects' samples. ``manifests``: re-read only if the row changed since noted."""
     with conn.pipeline():
         pending = start_lock_round(conn, model_id, limit, manifests)
     return finish_lock_round(session, pending)
@@ -111,7 +98,7 @@ def lock_round(
 def start_lock_round(
     conn: Connection[Any], model_id: int, limit: int, manifests: KnownManifests | None = None
 ) -> PendingRoundLock:
-    """Send :func:`lock_round`'s statements in the caller's pipeline (answers: :func:`finish_lock_round`)."""
+    """Send :func:`lock_round`'s statements in the caller's pipeline."""
     known = manifests.known(model_id) if manifests is not None else None
     return PendingRoundLock(
         known=known,
@@ -124,7 +111,7 @@ def start_lock_round(
 
 
 def finish_lock_round(session: Session, pending: PendingRoundLock) -> LockedRound:
-    """:func:`lock_round`'s result, from the answers to :func:`start_lock_round`'s statements."""
+    """:func:`lock_round`'s result from :func:`start_lock_round`'s answers."""
     model_row = pending.model.fetchone()
     version_row = pending.version.fetchone()
     owner_samples: dict[str, list[str]] = {}
@@ -140,14 +127,12 @@ def finish_lock_round(session: Session, pending: PendingRoundLock) -> LockedRoun
 
 
 def _adopt_model(session: Session, row: Sequence[Any], known: KnownRow | None) -> Model:
-    """The model's row; its manifests from ``known`` when the row is still that version (read as NULL)."""
+    """The model's row; its manifests from ``known`` when the row is still that version."""
     *columns, xmin = row
-    return adopt(
-        session, Model, columns, known.values() if known is not None and known.xmin == xmin else None
-    )
+    return adopt(session, Model, columns, known.values() if known and known.xmin == xmin else None)
 
 
-# The row version's xmin, and the manifests only when it is not the version this process knows.
+# The manifests only when the row's xmin is not the one this process knows.
 _MANIFEST_COLUMNS = ("training", "statistics")
 _SELECT_MODEL = f"""
 SELECT {select_list(Model, dict.fromkeys(_MANIFEST_COLUMNS, "xmin = %(xmin)s::xid"))}, xmin::text
@@ -163,7 +148,7 @@ WHERE id = (SELECT current_version_id FROM models WHERE id = %s)
 """
 
 
-# The dataset row, locked; its manifest read only when it differs from the model's (already loaded).
+# The dataset row, locked; its manifest only when it differs from the model's.
 _LOCK_DATASET = """
 SELECT d.num_rows, d.erased_rows, d.arrays IS NULL,
        CASE WHEN d.arrays::text IS NOT DISTINCT FROM m.training::text THEN NULL ELSE d.arrays::text END
@@ -187,7 +172,6 @@ UPDATE models SET current_version_id = %s, training = %s, train_size = %s, stati
 WHERE id = %s
 RETURNING xmin::text
 """
-# Through the partial index ix_model_versions_unpurged: the previous version alone, however long the history.
 _PURGE_SUPERSEDED = """
 UPDATE model_versions SET released_blob = NULL, clean_blob = NULL, artifacts = '{}', weights_purged_at = %s
 WHERE model_id = %s AND id <> %s AND weights_purged_at IS NULL
@@ -211,12 +195,12 @@ WHERE id = ANY(%s::int[])
 class UnlearnedVersion:
     """What a round records, as the caller computed it."""
 
-    model: Model  # locked by the round, as loaded
-    previous: ModelVersion  # the version the round started from
+    model: Model  # locked by the round
+    previous: ModelVersion
     release: Release
     batch: Batch
     forgotten: Mapping[str, str]  # sample id -> owner id
-    emptied: Collection[str]  # owners named whole with nothing left (request_lifecycle.emptied_owners)
+    emptied: Collection[str]  # owners named whole with nothing left
     request: ForgetRequest
     charge: dict[str, Any]  # the ledger entry's budget_unit, budget_cap, charge, spent
     claimed_at: datetime
@@ -224,24 +208,21 @@ class UnlearnedVersion:
 
 @dataclass
 class PendingRecord:
-    """The reads and locks :func:`record_round` needs, sent in a pipeline (:func:`start_record_round`)."""
+    """The reads and locks :func:`record_round` needs, sent by :func:`start_record_round`."""
 
-    dataset: Cursor[Any]  # the source dataset's row, locked (:data:`_LOCK_DATASET`)
-    version_id: Cursor[Any]  # the new version's id
-    head: Cursor[Any]  # the model chain's head, locked
+    dataset: Cursor[Any]
+    version_id: Cursor[Any]
+    head: Cursor[Any]
     owners_left: Cursor[Any] | None  # which of the round's owners not named whole keep samples
-    commit_lock: Cursor[Any]  # the commit's lock (service.storage.refs), granted once the pipeline ends
+    commit_lock: Cursor[Any]
 
 
 def start_record_round(
     conn: Connection[Any], model: Model, forgotten: Mapping[str, str], emptied: Collection[str]
 ) -> PendingRecord:
-    """Send in the caller's pipeline what :func:`record_round` reads: the source dataset's row and the
-    model chain's head (locked), the new version's id, which forgotten owners not named whole keep samples,
-    then the commit's lock (shared with writers, exclusive of collectors). No deadlock with a collector:
-    it takes its lock after its row locks and waits for none after it, and the rows the round writes once
-    it holds the lock are ones no collector holds (locked by the round already, or written only under the
-    model's lock or the dataset's row lock). The caller writes the blobs before it ends the pipeline."""
+    """Send in the caller's pipeline what :func:`record_round` reads: the dataset's row and the model
+    chain's head (locked), the new version's id, which owners keep samples, then the commit's lock (after
+    every row lock: no deadlock with a collector). The caller writes the blobs before the pipeline ends."""
     undecided = sorted({o for o in forgotten.values() if o} - set(emptied))
     return PendingRecord(
         dataset=conn.execute(_LOCK_DATASET, {"model_id": model.id, "dataset_id": model.dataset_id}),
@@ -258,8 +239,7 @@ def start_record_round(
 
 @dataclass
 class RecordedRound:
-    """What :func:`record_round` recorded: the version's row and, when its COMMIT went with the writes,
-    its completion's reads, started in the transaction that COMMIT began (``uow`` is now in it)."""
+    """The version recorded, and its completion's reads if the COMMIT went with the writes."""
 
     version: ModelVersion
     completion: PendingCompletion | None
@@ -267,7 +247,7 @@ class RecordedRound:
 
 @dataclass
 class _SourceDataset:
-    """The locked dataset row: its counts and its manifest (None: every row erased already)."""
+    """The locked dataset row (``arrays`` None: every row erased)."""
 
     num_rows: int
     erased_rows: int
@@ -285,32 +265,24 @@ def record_round(
     manifests: KnownManifests | None = None,
     while_writing: Callable[[], None] | None = None,
 ) -> RecordedRound:
-    """Write the round's version and everything that goes with it in ``uow``'s transaction.
-
-    ``pending`` (answered): the commit's lock is held from then on, so no collector deletes a blob until
-    this transaction ends; the new blobs put before it was granted are checked still stored
-    (:meth:`UnitOfWork.check_stored`: else ``BlobVanished`` and nothing commits). The COMMIT goes with
-    the writes (:meth:`UnitOfWork.send_commit`) unless ``uow`` has more to commit (then the caller
-    commits); if it does, the completion's reads start in the transaction it begins (returned).
-    ``created_event(version_id, seq)``: the ``version.created`` event; ``manifests``: notes the model's
-    new manifests; ``while_writing``: run once every write is sent, before the COMMIT (fails: nothing
-    commits)."""
+    """Write the round's version and what goes with it under the commit's lock (new blobs checked still
+    stored, else ``BlobVanished``); the COMMIT goes with the writes unless ``uow`` has more to commit.
+    ``created_event(version_id, seq)``: the ``version.created`` event; ``manifests``: notes the new
+    manifests; ``while_writing``: run before the COMMIT."""
     model, previous = unlearned.model, unlearned.previous
-    chain = model_chain(model.id)
     source = _source_dataset(pending.dataset.fetchone(), model)
     version_row = pending.version_id.fetchone()
     assert version_row is not None
     version_id = int(version_row[0])
-    head = chain_head(chain, pending.head.fetchone())
-    owners_left = (
-        {row[0] for row in pending.owners_left.fetchall()} if pending.owners_left is not None else set()
-    )
+    head = chain_head(model_chain(model.id), pending.head.fetchone())
+    left = pending.owners_left
+    owners_left = {row[0] for row in left.fetchall()} if left is not None else set()
     pending.commit_lock.fetchone()
     uow.refs.commit_locked = True
     release = unlearned.release
     old_blobs = digests(model.training) | digests(model.statistics) | version_blobs(previous)
     new_blobs = blobs_of(release)
-    uow.check_stored(new_blobs - old_blobs)  # old_blobs: held by the model's committed row all along
+    uow.check_stored(new_blobs - old_blobs)
 
     now = utcnow()
     dataset_arrays = None
@@ -350,17 +322,10 @@ def record_round(
             created_at=now,
         )
         conn.execute(*insert_row(version))
-        manifests_written = {column: manifest_text(getattr(release, column)) for column in _MANIFEST_COLUMNS}
+        written = {column: manifest_text(getattr(release, column)) for column in _MANIFEST_COLUMNS}
         moved_cur = conn.execute(
             _MOVE_MODEL,
-            (
-                version_id,
-                manifests_written["training"],
-                release.train_size,
-                manifests_written["statistics"],
-                now,
-                model.id,
-            ),
+            (version_id, written["training"], release.train_size, written["statistics"], now, model.id),
         )
         conn.execute(_PURGE_SUPERSEDED, (now, model.id, version_id))
         append_charge(
@@ -388,13 +353,12 @@ def record_round(
     _point_model(model, version_id, release)
     moved = moved_cur.fetchone()
     if manifests is not None and moved is not None:
-        # Noted before the commit: should it roll back, no row version ever has this xmin.
-        manifests.note(model.id, str(moved[0]), manifests_written)
+        manifests.note(model.id, str(moved[0]), written)
     return RecordedRound(version, completion)
 
 
 def _source_dataset(row: Any, model: Model) -> _SourceDataset:
-    """The locked dataset's row; its manifest read back, or the model's when the two are the same text."""
+    """The locked dataset's row; its manifest read back, or the model's when the same."""
     if row is None:
         return _SourceDataset(0, 0, None)
     num_rows, erased_rows, empty, text = row
@@ -423,8 +387,7 @@ def _move_dataset(
     arrays: dict[str, Any] | None,
     now: datetime,
 ) -> set[str]:
-    """Point the dataset at ``arrays`` and recount its rows (as
-    :func:`service.jobs.versions.replace_dataset_arrays`); returns the blobs it stopped holding."""
+    """Point the dataset at ``arrays`` and recount its rows; returns the blobs it stopped holding."""
     old, new = digests(source.arrays), digests(arrays)
     _swap_refs(conn, dataset_holder(dataset_id), old, new, now)
     remaining = row_count(cache, arrays)
@@ -434,8 +397,7 @@ def _move_dataset(
 
 
 def _point_model(model: Model, version_id: int, release: Release) -> None:
-    """The loaded model row as this transaction left it, without marking it changed (the statements
-    above wrote it; a flush of the unit of work must not write it again)."""
+    """The loaded model row as written, not marked changed (a flush must not write it again)."""
     set_committed_value(model, "current_version_id", version_id)
     set_committed_value(model, "training", release.training)
     set_committed_value(model, "train_size", release.train_size)

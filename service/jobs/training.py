@@ -39,7 +39,6 @@ from unlearning.tables.quality import QualityReport, quality_problem
 log = logging.getLogger(__name__)
 
 
-
 class TrainingContext(UpdateContext, Protocol):
     """The runtime a training or retraining uses (the same as an update's)."""
 
@@ -233,6 +232,8 @@ def _fail_training(rt: TrainingContext, model_id: int, exc: BaseException) -> No
     reason = str(exc) if isinstance(exc, UnlearningError) else f"training failed: {short_cause(exc)}"
     if not isinstance(exc, UnlearningError):
         log.error("training of model %s failed", model_id, exc_info=exc)
+    else:  # the request's own error (bad data or hyperparameters): one line, the job itself ends cleanly
+        log.warning("training of model %s failed: %s", model_id, reason)
     metrics.TRAININGS.labels(INITIAL, "failed").inc()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
@@ -441,6 +442,8 @@ def _fail_retrain(rt: TrainingContext, model_id: int, exc: BaseException) -> Non
     reason = str(exc) if isinstance(exc, UnlearningError) else f"retraining failed: {short_cause(exc)}"
     if not isinstance(exc, UnlearningError):
         log.error("retraining of model %s failed", model_id, exc_info=exc)
+    else:
+        log.warning("retraining of model %s failed: %s", model_id, reason)
     metrics.TRAININGS.labels("retrain", "failed").inc()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
@@ -459,6 +462,7 @@ def _fail_retrain(rt: TrainingContext, model_id: int, exc: BaseException) -> Non
 
 
 # -- shared -------------------------------------------------------------------------------------
+
 
 def _ready(model: Model) -> None:
     """Training, or a retrain, is over (done or failed): so is any retrain asked for through the API."""

@@ -1,6 +1,5 @@
-"""SQL for the privacy ledger: the one writer of ``ledger_entries``. A training, a retrain or a reset
-appends through :meth:`LedgerRepository.add` (on the session); a deletion round appends its charge with
-:func:`append_charge` on the round's pipelined psycopg connection (service.jobs.round_repository)."""
+"""SQL for the privacy ledger, the one writer of ``ledger_entries``: :meth:`LedgerRepository.add` on the
+session, :func:`append_charge` on a deletion round's pipelined connection."""
 
 from __future__ import annotations
 
@@ -45,13 +44,11 @@ class LedgerRepository:
         self.session = session
 
     def add(self, **columns: Any) -> None:
-        """Append one entry (column -> value; ``created_at`` defaults to now) with one prebuilt INSERT.
-        Raises IntegrityError if the CHECK ``spent <= budget_cap`` fails."""
+        """Append one entry (column -> value); IntegrityError if the CHECK ``spent <= budget_cap`` fails."""
         self.session.execute(_INSERT, columns)
 
     def entries(self, model_id: int) -> list[Row[Any]]:
-        """The model's ledger, oldest first: every column of ``ledger_entries`` plus ``version_seq`` (None
-        for an entry without a version); plain rows, no ORM objects."""
+        """The model's ledger, oldest first, as plain rows: every column plus ``version_seq``."""
         entries = table(LedgerEntry)
         stmt = (
             select(*entries.c, ModelVersion.seq.label("version_seq"))

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from service.db.base import utcnow
 from service.db.tables import OutboxMessage
 from service.db.upsert import insert_ignore
+from service.logs import X_REQUEST_ID, current_request_id
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class OutboxRepository:
         """Queue ``task`` once this transaction commits; with a ``dedupe_key``, dropped while a message with
         the same key still waits (fifty deletions on one model in quick succession queue one update job)."""
         now = utcnow()
+        if (request_id := current_request_id()) is not None:
+            payload = {**payload, X_REQUEST_ID: request_id}  # the job's log lines name the API request
         row = {"task": task, "payload": payload, "dedupe_key": dedupe_key, "created_at": now}
         row["available_at"] = available_at or now
         ids = insert_ignore(self.session, OutboxMessage, row, returning=OutboxMessage.id)

@@ -60,6 +60,8 @@ def test_a_name_resolving_to_an_internal_address_is_refused_at_delivery_without_
 
     monkeypatch.setattr(callback_targets, "system_resolver", resolver)
     refused = REGISTRY.get_sample_value("lethe_callbacks_total", {"outcome": "refused"}) or 0.0
+    gave_up = REGISTRY.get_sample_value("lethe_callbacks_total", {"outcome": "gave_up"})
+    assert gave_up is not None  # present at 0 from the start: the first one is an increase
     status, body = _delete(
         client,
         "/v1/models/1/deletions",
@@ -82,3 +84,4 @@ def test_a_name_resolving_to_an_internal_address_is_refused_at_delivery_without_
     )
     # at least: the counter and the patched resolver are the process's (another app's callbacks may retry meanwhile)
     assert (REGISTRY.get_sample_value("lethe_callbacks_total", {"outcome": "refused"}) or 0.0) >= refused + 1
+    assert (REGISTRY.get_sample_value("lethe_callbacks_total", {"outcome": "gave_up"}) or 0.0) >= gave_up + 1

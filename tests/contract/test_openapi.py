@@ -93,7 +93,7 @@ def test_health_readiness_and_metrics(embedded: TestClient) -> None:
     assert embedded.get("/healthz").json() == {"status": "ok"}
     ready = embedded.get("/readyz")
     assert ready.status_code == 200 and ready.json()["ready"] is True
-    assert set(ready.json()["checks"]) == {"database", "redis", "artifacts", "queue"}
+    assert set(ready.json()["checks"]) == {"database", "redis", "artifacts", "queue", "workers"}
     metrics = embedded.get("/metrics")
     assert metrics.status_code == 200 and "lethe_http_requests_total" in metrics.text
     assert "lethe_deletions_received_total" in metrics.text

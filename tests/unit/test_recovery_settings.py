@@ -23,7 +23,7 @@ def test_every_compose_service_has_a_restart_policy_and_a_healthcheck() -> None:
         test = service.get("healthcheck", {}).get("test")
         assert test and test[0] in {"CMD", "CMD-SHELL"}, name
     assert "/healthz" in " ".join(services["api"]["healthcheck"]["test"])
-    assert "inspect ping" in " ".join(services["worker"]["healthcheck"]["test"])
+    assert "workers.alive" in " ".join(services["worker"]["healthcheck"]["test"])
 
 
 def test_the_broker_returns_unacknowledged_messages_within_minutes_and_reconnects_forever() -> None:

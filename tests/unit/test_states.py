@@ -141,8 +141,10 @@ SQL_LITERAL = re.compile(r"'(" + "|".join(STATES) + r")'")
 OTHER_USES: dict[tuple[str, str], int] = {
     # the name of the models.training column (its bucket manifest), not the state
     ("service/jobs/round_repository.py", "training"): 3,
-    # the training job's name in metrics
-    ("service/metrics.py", "initial"): 1,
+    # the training job's name in metrics, and the outcomes of lethe_trainings_total made at 0 on import
+    ("service/metrics.py", "initial"): 2,
+    ("service/metrics.py", "failed"): 1,
+    ("service/metrics.py", "canceled"): 1,
     # the name of a node graph's array of deleted nodes
     ("service/graphs/storage.py", "deleted"): 1,
 }
