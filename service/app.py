@@ -258,17 +258,27 @@ def _storage_full(request: Request, exc: BaseException) -> JSONResponse | None:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
-class RequestIdMiddleware:
-    """``X-Request-ID``: the client's (when a plain token) or a new one; echoed on the answer and the
-    context of every line logged while the request is handled (and of the jobs it queues)."""
+class _HttpMiddleware:
+    """An ASGI middleware that handles HTTP requests (:meth:`http`) and passes anything else through."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "http":
+            await self.http(scope, receive, send)
+        else:
             await self.app(scope, receive, send)
-            return
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class RequestIdMiddleware(_HttpMiddleware):
+    """``X-Request-ID``: the client's (when a plain token) or a new one; echoed on the answer and the
+    context of every line logged while the request is handled (and of the jobs it queues)."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         sent = dict(scope["headers"]).get(logs.REQUEST_ID_HEADER.lower().encode())
         request_id = logs.request_id_from(sent.decode("latin-1") if sent is not None else None)
 
@@ -281,16 +291,10 @@ class RequestIdMiddleware:
             await self.app(scope, receive, echo)
 
 
-class MetricsMiddleware:
+class MetricsMiddleware(_HttpMiddleware):
     """Counts requests and observes latency per route template (not per URL: bounded label values)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         status = {"code": 500}
 

@@ -145,6 +145,16 @@ class BlobCache:
         load = lambda: decode_artifact(self._artifacts.get(digest))
         return self._get("artifact", digest, load, lambda t: t.nbytes).clone()
 
+    def holds_artifact(self, digest: str, tensor: torch.Tensor) -> bool:
+        """Whether ``digest``'s artifact is in memory here and equal to ``tensor``."""
+        with self._lock:
+            item = self._items.get(("artifact", digest))
+        if item is None:
+            return False
+        cached: torch.Tensor = item[0]
+        same_kind = cached.dtype == tensor.dtype and cached.shape == tensor.shape
+        return same_kind and bool(torch.equal(cached, tensor.detach().cpu()))
+
     def weights(self, digest: str) -> torch.Tensor:
         load = lambda: decode_weights(self._artifacts.get(digest))
         return self._get("weights", digest, load, lambda t: t.nbytes).clone()

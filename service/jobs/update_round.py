@@ -323,6 +323,7 @@ def _record_update(
             staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
             request=request,
             whole_owners=emptied,
+            previous_artifacts=previous.artifacts,
         )
 
     charge = {

@@ -5,9 +5,11 @@ unreferenced files), rows and artifact references inside it. Blobs losing their 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from service.db.base import utcnow
 from service.db.tables import Dataset, Model, ModelVersion
@@ -49,15 +51,21 @@ def dataset_holder(dataset_id: int) -> str:
 
 
 def write_state(
-    artifacts: ArtifactStore, state: MethodState
+    artifacts: ArtifactStore,
+    state: MethodState,
+    stored: Callable[[str, torch.Tensor], str | None] | None = None,
 ) -> tuple[str, str, dict[str, Any], dict[str, str]]:
-    """The weights and the method's own tensors: (released, clean, spec, artifacts)."""
+    """The weights and the method's own tensors: (released, clean, spec, artifacts). ``stored(name,
+    tensor)``: the digest of a blob already holding that tensor (the previous version's), else None."""
     spec = state.model.to_dict() if hasattr(state.model, "to_dict") else dict(state.model)
     released = artifacts.put(encode_weights(state.released_weights, spec))
     # A release without noise (sigma 0, the audited mode) is the clean tensor itself: one blob, encoded once.
     same = state.clean_weights is state.released_weights
     clean = released if same else artifacts.put(encode_weights(state.clean_weights, spec))
-    own = {name: artifacts.put(encode_artifact(name, t)) for name, t in sorted(state.artifacts.items())}
+    own = {}
+    for name, tensor in sorted(state.artifacts.items()):
+        found = stored(name, tensor) if stored is not None else None
+        own[name] = found if found is not None else artifacts.put(encode_artifact(name, tensor))
     return released, clean, spec, own
 
 
@@ -101,11 +109,18 @@ def release_after_forget(
     staged: bool,
     request: ForgetRequest | None = None,
     whole_owners: Collection[str] = (),
+    previous_artifacts: Mapping[str, str] | None = None,
 ) -> Release:
     """The release after a forget. ``forgotten``: sample id -> owner id. ``staged``: statistics removals
     went through RedisSampleStatistics, so only affected buckets are rewritten (else the whole snapshot
     is). ``request``: the batch (graphs apply it). ``whole_owners``: owners with no sample left."""
-    written = write_state(artifacts, state)
+    previous = previous_artifacts or {}
+
+    def stored(name: str, tensor: torch.Tensor) -> str | None:  # unchanged by the forget: not stored again
+        digest = previous.get(name)
+        return digest if digest is not None and cache.holds_artifact(digest, tensor) else None
+
+    written = write_state(artifacts, state, stored)
     cache.remember_weights(written[0], state.released_weights)
     train_size = model.train_size - len(forgotten)
     training: dict[str, Any] | None

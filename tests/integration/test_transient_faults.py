@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import exc as sa_exc
 
+from bench.fault_servers import fill
 from service.jobs import requeue, training
 from service.jobs.drain import apply_deletions
 from service.jobs.training import retrain_model, train_model
@@ -211,21 +211,6 @@ def _small_disk(path: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-def _fill(folder: Path) -> Path:
-    """Write a file until the disk refuses (ENOSPC); the file."""
-    filler = folder / "filler"
-    chunk = b"\0" * 65536
-    with open(filler, "wb") as fh:
-        try:
-            while True:
-                fh.write(chunk)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
-    return filler
-
-
 def _dataset_count(d: Deployment) -> int:
     return len(d.client.http.get("/v1/datasets", params={"limit": 500}).json()["datasets"])
 
@@ -237,7 +222,7 @@ def test_a_full_artifact_disk_refuses_new_work_with_503_and_queued_deletions_res
     ):
         model_id = d.trained_model()
         datasets_before = _dataset_count(d)
-        filler = _fill(artifacts)
+        filler = fill(artifacts)
 
         csv = b"sample_id,owner_id,a,b,label\n" + b"".join(
             f"s{i},o{i},{i * 0.5},{i * 0.25},{i % 2}\n".encode() for i in range(2000)

@@ -61,6 +61,7 @@ from unlearning.tables.quality import (
 )
 from unlearning.tables.transform import (
     OFFSET_ARTIFACT,
+    SCALE_ARTIFACT,
     FeatureTransform,
     Scaling,
     ScalingPlan,
@@ -211,8 +212,9 @@ class TableModel:
         data = None if remaining is None else _transformed(remaining, transform)
         outcome = self.inner.forget(state, request, noise_seed, privacy, data, policy)
         report = QualityReport.from_dict(state.accounting.get("quality"))
+        scaling = {k: state.artifacts[k] for k in (OFFSET_ARTIFACT, SCALE_ARTIFACT) if k in state.artifacts}
         return ForgetOutcome(
-            _decorated(outcome.state, transform, report),
+            _decorated(outcome.state, transform, report, scaling),
             _certified(outcome.certificate, transform, report),
             outcome.forgotten_ids,
         )
@@ -335,13 +337,21 @@ def _transformed(dataset: Dataset, transform: FeatureTransform) -> Dataset:
     return dataset.with_features(transform.apply(dataset.features))
 
 
-def _decorated(state: MethodState, transform: FeatureTransform, report: QualityReport | None) -> MethodState:
+def _decorated(
+    state: MethodState,
+    transform: FeatureTransform,
+    report: QualityReport | None,
+    scaling: Mapping[str, torch.Tensor] | None = None,
+) -> MethodState:
+    """``state`` with the transform and quality report recorded. ``scaling``: the statistics' tensors the
+    state before a forget held, carried over as they are (new copies would be stored again each round)."""
     accounting = {**state.accounting, "feature_transform": transform.describe()}
     if report is not None:
         accounting["quality"] = report.to_dict()
     if transform.is_identity or OFFSET_ARTIFACT in state.artifacts:  # carried over by the wrapped method
         return replace(state, accounting=accounting)
-    return replace(state, accounting=accounting, artifacts={**state.artifacts, **transform.artifacts()})
+    own = dict(scaling) if scaling else transform.artifacts()
+    return replace(state, accounting=accounting, artifacts={**state.artifacts, **own})
 
 
 def _certified(certificate: Certificate, transform: FeatureTransform, report: QualityReport | None) -> Certificate:
