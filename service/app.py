@@ -15,7 +15,6 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError as KombuOperationalError
-from prometheus_client import REGISTRY
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -30,11 +29,9 @@ from service.api.deps import ACCESS_EXTENSION, access_of, authorized
 from service.api.health import router as health_router
 from service.api.models import router as models_router
 from service.api.receipts import router as receipts_router
-from service.db.base import utcnow
 from service.errors import ApiError, BackendUnavailable, StorageFull, from_unlearning_error
 from service.faults import disk_full, is_transient, short_cause
 from service.limits import RequestSizeLimit
-from service.monitoring.collector import DatabaseCollector
 from service.runtime import Runtime
 from service.schemas import ERROR_TEXT, ErrorBody, error_responses
 from service.settings import Settings
@@ -96,12 +93,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             from service.demo import ensure_demo
 
             ensure_demo(rt)
-        collector = DatabaseCollector(rt.snapshot, rt.live_workers, utcnow)
-        REGISTRY.register(collector)
         try:
             yield
         finally:
-            REGISTRY.unregister(collector)
             rt.stop()
 
     app = FastAPI(title="Lethe", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)

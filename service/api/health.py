@@ -7,12 +7,14 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
 
 from service import metrics
 from service.api.deps import RuntimeDep
+from service.db.base import utcnow
 from service.db.migrate import head_revision, is_current
+from service.monitoring.collector import DatabaseCollector
 from service.runtime import Runtime
 
 router = APIRouter(tags=["health"])
@@ -77,4 +79,8 @@ def prometheus(rt: RuntimeDep) -> Response:
             metrics.OUTBOX_PENDING.set(uow.outbox.pending_count())
     except Exception:
         log.warning("could not count pending outbox messages", exc_info=True)
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    # The gauges read from this runtime's database: a registry of the scrape's own, so that two apps in
+    # one process (the tests) never answer with each other's.
+    own = CollectorRegistry(auto_describe=False)
+    own.register(DatabaseCollector(rt.snapshot, rt.live_workers, utcnow))
+    return Response(generate_latest() + generate_latest(own), media_type=CONTENT_TYPE_LATEST)
