@@ -1,5 +1,4 @@
-"""Keeping the garbage collector's full collections short: call :func:`settle` once start-up has
-built what the process keeps, so later full collections skip those objects."""
+"""Short full collections: :func:`settle` after start-up freezes what the process keeps."""
 
 from __future__ import annotations
 

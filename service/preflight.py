@@ -1,5 +1,4 @@
-"""Start-up checks that the database, Redis and the directories the settings name are usable, reporting
-one line per problem naming the variable to fix."""
+"""Start-up checks of the database, Redis and directories the settings name: one line per problem."""
 
 from __future__ import annotations
 

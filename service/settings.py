@@ -1,6 +1,5 @@
-"""Configuration from ``LETHE_*`` environment variables, each documented in ``docs/service.md``. Unset, the
-service runs embedded (its own Postgres, fakeredis, an in-process worker); ``LETHE_MODE=production`` needs
-the database and Redis URLs and hands work to Celery workers."""
+"""Configuration from ``LETHE_*`` environment variables (``docs/service.md``): embedded by default (its own
+Postgres, fakeredis, an in-process worker), ``LETHE_MODE=production`` with servers and Celery workers."""
 
 from __future__ import annotations
 
@@ -123,27 +122,20 @@ class Settings(BaseSettings):
         return None if value == "" else value
 
     @model_validator(mode="after")
-    def _artifact_url_parses(self) -> Settings:
+    def _stores_and_keys_parse(self) -> Settings:
+        """The artifact URL, signing keys and lists, parsed (and kept) now: a bad one stops the start."""
         if self.artifact_url:  # an empty value (a compose file's ${VAR:-}) means unset
             if self.artifact_dir is not None:
                 raise ValueError(
                     "set LETHE_ARTIFACT_URL or LETHE_ARTIFACT_DIR, not both: blobs live in one store"
                 )
             parse_s3_url(self.artifact_url)
-        return self
-
-    @model_validator(mode="after")
-    def _signing_key_is_strong(self) -> Settings:
         key = self.callback_signing_key
         if key and (len(key) < MIN_TOKEN_LENGTH or key != key.strip()):
             raise ValueError(
                 f"LETHE_CALLBACK_SIGNING_KEY must be at least {MIN_TOKEN_LENGTH} characters, without surrounding "
                 "whitespace: use a long random value (`python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _receipt_key_parses(self) -> Settings:
         if self.receipt_signing_key:  # empty (an unset compose variable) is unset
             try:
                 parse_seed(self.receipt_signing_key)
@@ -151,11 +143,6 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"LETHE_RECEIPT_SIGNING_KEY: {exc}; `python -m service.receipts new-key` prints a valid one"
                 ) from None
-        return self
-
-    @model_validator(mode="after")
-    def _lists_parse(self) -> Settings:
-        """Parsed (and kept) now: a bad entry stops the start, naming the entry."""
         self.callback_networks, self.retired_receipt_keys  # noqa: B018
         return self
 
@@ -176,7 +163,7 @@ class Settings(BaseSettings):
         return list(keys)
 
     @model_validator(mode="after")
-    def _tokens_are_strong(self) -> Settings:
+    def _secrets_are_usable(self) -> Settings:
         lists = (("LETHE_API_TOKENS", self.api_token_list), ("LETHE_READ_TOKENS", self.read_token_list))
         for name, tokens in lists:
             weak = [t for t in tokens if len(t) < MIN_TOKEN_LENGTH or any(c in t for c in b" \t")]
@@ -186,10 +173,6 @@ class Settings(BaseSettings):
                     "whitespace; use long random values (for example `python -c 'import secrets; "
                     "print(secrets.token_urlsafe(32))'`), separated by commas"
                 )
-        return self
-
-    @model_validator(mode="after")
-    def _read_tokens_beside_api_tokens(self) -> Settings:
         if self.read_token_list and not self.api_token_list:
             raise ValueError(
                 "LETHE_READ_TOKENS needs LETHE_API_TOKENS: read-only tokens only mean something when the API "
@@ -199,10 +182,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 "a token is in both LETHE_API_TOKENS and LETHE_READ_TOKENS: give each token one role"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _hash_key_is_exact(self) -> Settings:
         key = self.subject_hash_key
         if key and key != key.strip():
             raise ValueError(
@@ -211,26 +190,16 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _heartbeat_within_its_timeout(self) -> Settings:
+    def _consistent(self) -> Settings:
         if self.job_heartbeat_timeout_seconds < 3 * self.job_heartbeat_seconds:
             raise ValueError(
                 "LETHE_JOB_HEARTBEAT_TIMEOUT_SECONDS must be at least 3 x LETHE_JOB_HEARTBEAT_SECONDS: a job "
                 "that misses one beat (its row busy, a database blip) must not be presumed dead"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _production_needs_servers(self) -> Settings:
         if self.mode == "production":
-            missing = [
-                name
-                for name, value in (
-                    ("LETHE_DATABASE_URL", self.database_url),
-                    ("LETHE_REDIS_URL", self.redis_url),
-                    ("LETHE_SUBJECT_HASH_KEY", self.subject_hash_key),
-                )
-                if not value
-            ]
+            servers = ("LETHE_DATABASE_URL", "LETHE_REDIS_URL", "LETHE_SUBJECT_HASH_KEY")
+            values = (self.database_url, self.redis_url, self.subject_hash_key)
+            missing = [name for name, value in zip(servers, values) if not value]
             if missing:
                 raise ValueError(
                     f"production mode needs {', '.join(missing)}: set them or use LETHE_MODE=embedded"
@@ -271,8 +240,7 @@ class Settings(BaseSettings):
 
     @cached_property
     def effective_receipt_signing_key(self) -> bytes | None:
-        """The Ed25519 seed that signs receipts: configured, or (embedded mode) generated once into
-        ``var_dir`` and kept, so receipts issued earlier still verify; None in production without one."""
+        """The Ed25519 seed that signs receipts: configured, or (embedded) generated once into ``var_dir``."""
         if self.receipt_signing_key:
             return parse_seed(self.receipt_signing_key)
         if self.mode != "embedded":
@@ -280,8 +248,7 @@ class Settings(BaseSettings):
         return parse_seed(self._kept_secret("receipt_signing.key", new_seed))
 
     def _kept_secret(self, name: str, make: Callable[[], str]) -> str:
-        """The secret in ``var_dir/name``, made by ``make`` the first time: written to a 0600 temporary
-        file and hard-linked into place, so concurrent starts keep one secret."""
+        """The secret in ``var_dir/name``, made once by ``make`` (hard-linked: concurrent starts agree)."""
         path = self.var_dir / name
         if path.exists():
             return path.read_text().strip()

@@ -1,7 +1,4 @@
-"""How an audit event is hashed into its chain.
-
-``hash = sha256(prev_hash || canonical_json(event))``, canonical JSON: sorted keys, no whitespace, ASCII.
-"""
+"""An audit event's hash: ``sha256(prev_hash || canonical_json(event))`` (sorted keys, no spaces, ASCII)."""
 
 from __future__ import annotations
 

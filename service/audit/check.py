@@ -1,9 +1,7 @@
 """Check a Lethe deployment's audit log from outside: ``python -m service.audit.check --url URL``.
 
-Every chain's hashes recomputed over the API (:mod:`service.audit.chain`) against the reported heads and
-``--anchors``; then (unless ``--no-models``) each model's versions against its ledger, its release events
-and the weights served. Exit status 0 when everything holds, 1 otherwise, 2 for a usage error.
-"""
+Chains recomputed against the heads and ``--anchors``, then each model's versions against its ledger,
+release events and served weights. Exit status 0 when everything holds, 1 otherwise, 2 for a usage error."""
 
 from __future__ import annotations
 
@@ -226,8 +224,7 @@ def run(
     model: int | None = None,
     models: bool = True,
 ) -> Outcome:
-    """:func:`check` of ``chains`` (default: all, or ``model``'s), then :func:`check_model` of every
-    model (only ``model``; none if not ``models``). Raises ``httpx.HTTPError`` if the service can't be read."""
+    """:func:`check` of ``chains`` (default: all, or ``model``'s), then :func:`check_model` of the models."""
     if model is not None and chains is None:
         reported = heads(client)
         chains = [c for c in chains_of_model(model) if c in reported] or [model_chain(model)]

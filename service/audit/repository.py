@@ -71,8 +71,7 @@ class AuditRepository:
         return ChainHead(chain, row.seq, row.hash) if row is not None else None
 
     def append_many(self, chain: str, events: list[dict[str, Any]], head: ChainHead | None = None) -> None:
-        """Append ``events`` to ``chain``, locking its head row until the transaction ends (writers of
-        one chain serialise; gap-free seqs). ``head``: the head :meth:`lock_chain` returned earlier."""
+        """Append ``events`` to ``chain`` under its head row lock (``head``: :meth:`lock_chain`'s)."""
         if not events:
             return
         if head is None:

@@ -27,7 +27,6 @@ def completions_chain(model_id: int) -> str:
 
 
 def chains_of_model(model_id: int) -> list[str]:
-    """Every chain a model's events go to."""
     return [model_chain(model_id), requests_chain(model_id), completions_chain(model_id)]
 
 
@@ -131,7 +130,6 @@ def verify_events(
 
 
 def verify_chain(repo: AuditRepository, chain: str, head_seq: int, head_hash: str) -> ChainReport:
-    """:func:`verify_events` over the chain as stored."""
     return verify_events(chain, repo.chain_events(chain), head_seq, head_hash)
 
 
@@ -143,8 +141,7 @@ _MODEL_CHAIN = re.compile(r"model:([1-9][0-9]{0,9})")
 def verify(
     repo: AuditRepository, *, chain: str | None = None, model_id: int | None = None
 ) -> list[ChainReport]:
-    """The reports of ``GET /v1/audit/verify`` (every chain, or ``chain`` and ``model_id``'s); a chain that
-    must exist but has no head fails. NotFound for an unknown model or chain."""
+    """``GET /v1/audit/verify``: every chain, or ``chain`` and ``model_id``'s (a missing head fails)."""
     if chain is not None and not _CHAIN_NAME.fullmatch(chain):  # Postgres refuses NUL in a query
         raise NotFound(f"chain {chain!r} does not exist: chain names are printable")
     wanted = None
@@ -173,8 +170,7 @@ def _missing_report(chain: str, events: int, why: str) -> ChainReport:
 
 
 def _expected(repo: AuditRepository, chains: list[str] | None) -> dict[str, tuple[int, str]]:
-    """Chains (among ``chains``; None: all) that must have a head -> (events left, why): any chain with
-    events, and ``model:<id>`` of every registered or logged model."""
+    """Chains (among ``chains``; None: all) that must have a head -> (events left, why)."""
     events = repo.events_per_chain(chains)
     expected = {name: (n, "the log holds events of this chain") for name, n in events.items()}
 

@@ -1,5 +1,4 @@
-"""The audit chains' statements for the pipelined paths (:mod:`service.db.postgres`): lock a chain's
-head, append events and move the head, in the caller's transaction on its psycopg connection."""
+"""The audit chains' statements for the pipelined paths (:mod:`service.db.postgres`), on psycopg."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ ORDER BY t.n
 
 
 def lock_chain_head(conn: Connection[Any], chain: str, *, create: bool = True) -> Cursor[Any]:
-    """In a pipeline: the chain's head, locked until the transaction ends (read: :func:`chain_head`);
-    ``create``: a genesis head first for a chain with none (a conflict does nothing and waits for nothing)."""
+    """In a pipeline: the chain's head, locked (read by :func:`chain_head`); ``create``: one made first."""
     if create:
         conn.execute(_NEW_HEAD, (chain, GENESIS))
     return conn.execute(_LOCK_HEAD, (chain,))
@@ -42,8 +40,7 @@ def chain_head(chain: str, row: Any) -> ChainHead:
 
 
 def append_events(conn: Connection[Any], head: ChainHead, events: list[dict[str, Any]], at: datetime) -> None:
-    """Append ``events`` to ``head``'s chain, locked by this transaction, and move its head: two
-    statements however many events (:meth:`~service.audit.repository.AuditRepository.append_many`)."""
+    """Append ``events`` to ``head``'s locked chain and move its head: two statements however many events."""
     if not events:
         return
     columns = array_columns(

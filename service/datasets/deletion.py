@@ -1,9 +1,7 @@
-"""Deleting a dataset no live model uses (its record and audit log stay): mark it deleted and release its
-references (409 if a live model uses it), then unlink the blobs nothing holds (rerun if deleted again)."""
+"""Deleting a dataset no live model uses (409 otherwise): marked deleted, references released, then the
+unheld blobs unlinked (again if deleted again); its record and audit log stay."""
 
 from __future__ import annotations
-
-from typing import Protocol
 
 from service.audit.service import SYSTEM_CHAIN
 from service.db.base import utcnow
@@ -13,9 +11,7 @@ from service.jobs.context import CompletionContext
 from service.jobs.versions import dataset_holder
 from service.storage.buckets import digests
 
-
-class DatasetDeletionContext(CompletionContext, Protocol):
-    """What deleting a dataset uses of the process's runtime."""
+DatasetDeletionContext = CompletionContext  # what deleting a dataset uses of the process's runtime
 
 
 def delete_dataset(rt: DatasetDeletionContext, dataset_id: int) -> None:

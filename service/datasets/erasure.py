@@ -1,10 +1,9 @@
 """Forgetting subjects in a table dataset no model uses (``POST /v1/datasets/{id}/deletions``): one
-idempotent transaction under the row lock drops the rows, swaps the references and logs the keyed hashes;
-the released blobs are unlinked before the answer."""
+idempotent transaction under the row lock; the released blobs are unlinked before the answer."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from service.audit.service import SYSTEM_CHAIN
 from service.db.tables import SUBJECTS_ERASED_EVENT, Dataset
@@ -19,9 +18,7 @@ from service.jobs.versions import drop_dataset_rows, replace_dataset_arrays
 from service.states import ModelState
 from service.uow import UnitOfWork
 
-
-class ErasureContext(UpdateContext, Protocol):
-    """What erasing subjects from a dataset uses of the process's runtime."""
+ErasureContext = UpdateContext  # what erasing subjects from a dataset uses of the process's runtime
 
 
 def erase_subjects(
@@ -119,8 +116,7 @@ def _forgotten(
 
 
 def _erased_among(uow: UnitOfWork, dataset_id: int, hashed: dict[str, tuple[str, str]]) -> dict[str, str]:
-    """subject hash -> message suffix, for those of ``hashed`` erased before: by the dataset itself (its
-    ``dataset.subjects_erased`` events) or by a model on it (its tombstones)."""
+    """subject hash -> message suffix, for those erased before by the dataset or by a model on it."""
     found: dict[str, str] = {}
     after: int | None = None
     while True:

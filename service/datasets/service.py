@@ -93,13 +93,11 @@ def detect_format(explicit: str | None, filename: str | None, content_type: str 
 
 
 def printable(name: str) -> str:
-    """``name`` without control characters."""
     return _CONTROL.sub("", name)
 
 
 def usable_id(value: str) -> tuple[str, str | None]:
-    """``value`` as stored (NFC) and why it cannot be an uploaded id (None: it can): one a deletion can name
-    (``service.schemas.SubjectId``), not starting with ``ERASED_PREFIX``; tables and graphs share the rule."""
+    """``value`` as stored (NFC), and why it cannot be an uploaded id (None: it can; ``SubjectId`` rules)."""
     try:
         value = normalize_id(value)
     except InvalidIdError as exc:
@@ -134,8 +132,7 @@ def _normalized_column(ids: tuple[str, ...], what: str, column: str, filename: s
 
 
 def normalized_table_ids(dataset: Dataset, fmt: str, filename: str, options: UploadOptions) -> Dataset:
-    """The dataset with its sample and owner ids in Unicode NFC; a 422 naming the column, row and id of the
-    first unusable id (:func:`usable_id`), or of two sample ids that are one id once normalised."""
+    """The dataset with its ids in Unicode NFC; a 422 naming the first unusable (or duplicated) one."""
     if fmt == "npz":
         where = {"sample id": "array 'sample_ids'", "owner id": "array 'owner_ids'"}
     else:
@@ -159,8 +156,7 @@ def normalized_table_ids(dataset: Dataset, fmt: str, filename: str, options: Upl
 
 
 def parse_upload(path: Path, fmt: str, filename: str, options: UploadOptions, limits: ReadLimits) -> Dataset:
-    """Read the uploaded file at ``path`` into a validated Dataset with normalised ids: past one of
-    ``limits`` (checked as the file streams) a 413 naming the setting, a malformed file a 422."""
+    """The uploaded file, validated, its ids normalised: a 413 past ``limits``, a 422 when malformed."""
     if fmt not in FORMATS:
         raise UnsupportedMediaType(f"format {fmt!r} is not supported: use csv, npz or parquet")
     target = path.with_suffix("." + fmt)  # the loader tells the format by the suffix, gzip by the content

@@ -37,8 +37,7 @@ def retrain_graph(
 
 
 def departed(cache: BlobCache, before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, str]:
-    """Subjects (sample id -> owner id) of graph ``before`` that graph ``after`` no longer holds,
-    including those not named (a collection graph all of whose nodes were named)."""
+    """Subjects (sample id -> owner id) of graph ``before`` that graph ``after`` no longer holds."""
     old_ids, old_owners = subjects_of(cache.dataset(before))
     kept = set(subjects_of(cache.dataset(after))[0])
     return {sid: owner for sid, owner in zip(old_ids, old_owners) if sid not in kept}

@@ -1,6 +1,5 @@
-"""Graph deletion requests (``edges``, ``node_feature_ids``, ``graph_ids``, ``graph_nodes``), checked at
-submission and carried through the batch into ``method.forget``; each forgotten item leaves a tombstone
-under the key the method reports it by (a missing item: 409 with a tombstone, else 422)."""
+"""Graph deletion requests (``edges``, ``node_feature_ids``, ``graph_ids``, ``graph_nodes``): checked at
+submission (a missing item: 409 with a tombstone, else 422), carried through the batch into ``forget``."""
 
 from __future__ import annotations
 
@@ -27,8 +26,6 @@ GRAPH_FIELDS = ("edges", "node_feature_ids", "graph_ids", "graph_nodes")
 
 
 class DeletionBody(Protocol):
-    """The fields of ``DeletionIn`` read here."""
-
     owner_ids: list[str]
     sample_ids: list[str]
     edges: list[list[str]]  # [a, b] pairs, as JSON sends them
@@ -243,8 +240,7 @@ class PlanLike(Protocol):
 
 
 def plan_graph_items(uow: UnitOfWork, model_id: int, plans: Sequence[PlanLike], covered: set[str]) -> None:
-    """Add each request's graph items to its plan (``plan.samples`` under its reported key), skipping those
-    the batch forgets already (``covered``: sample ids; updated)."""
+    """Add each request's graph items to its plan, skipping those the batch forgets (``covered``: updated)."""
     named = [(p, p.request.subjects or {}) for p in plans]
     if not any(s.get(f) for _, s in named for f in GRAPH_FIELDS):
         return

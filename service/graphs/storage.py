@@ -1,6 +1,5 @@
-"""One graph as one safetensors blob (string arrays as JSON metadata; a deleted node's id and owner stored
-as ``~erased:<index>``), and its manifest: a bucket manifest plus ``kind``, ``name``, ``num_classes`` and
-the counts of :func:`sizes`."""
+"""One graph as one safetensors blob (string arrays as JSON metadata; an erased node's ids ``~erased:<i>``),
+and its manifest: a bucket manifest plus ``kind``, ``name``, ``num_classes`` and :func:`sizes`."""
 
 from __future__ import annotations
 
@@ -96,8 +95,7 @@ def decode_graph(blob: bytes) -> AnyGraph:
 
 
 def subjects_of(data: Dataset | AnyGraph) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(sample ids, owner ids) for a model's ``samples`` rows: a table's rows, a node graph's live nodes
-    (training or not: propagation reaches all), a collection's graphs."""
+    """(sample ids, owner ids) of a table's rows, a node graph's live nodes or a collection's graphs."""
     if isinstance(data, NodeGraph):
         live = np.flatnonzero(~data.deleted).tolist()
         return tuple(data.node_ids[i] for i in live), tuple(data.owner_ids[i] for i in live)
@@ -135,7 +133,6 @@ def sizes(graph: AnyGraph) -> dict[str, Any]:
 
 
 def write_graph(artifacts: ArtifactStore, graph: AnyGraph) -> dict[str, Any]:
-    """Store the graph as one blob; returns its manifest."""
     digest = artifacts.put(encode_graph(graph))
     return {
         "kind": kind_of_data(graph),

@@ -1,6 +1,5 @@
-"""Graph uploads and the bundled graphs: parsing (every input problem is a 4xx) and storing a dataset.
-Formats: ``json`` (one node graph), ``npz`` (a graph when its ``format`` entry names one, read without
-pickle; else a table), ``tu`` (a collection in the IMDB-BINARY / PROTEINS text format, plain or gzip)."""
+"""Graph uploads (``json`` one node graph, ``npz`` whose ``format`` entry names a graph, ``tu`` a collection
+in the IMDB-BINARY text format) and the bundled graphs: parsing (every input problem a 4xx) and storing."""
 
 from __future__ import annotations
 
@@ -187,8 +186,7 @@ def _usable(what: str, value: str, filename: str) -> str:
 
 
 def normalized_ids(graph: AnyGraph, filename: str) -> AnyGraph:
-    """The graph with its node, graph and owner ids in Unicode NFC; a 422 naming the first unusable id
-    (:func:`service.datasets.service.usable_id`) or ids that are one id once normalised."""
+    """The graph with its ids in Unicode NFC; a 422 naming the first unusable (or duplicated) one."""
     try:
         if isinstance(graph, NodeGraph):
             nodes = tuple(_usable("node id", v, filename) for v in graph.node_ids)

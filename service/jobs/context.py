@@ -1,8 +1,5 @@
-"""What the deletion path's jobs use of the process's runtime, as narrow protocols.
-
-:class:`service.runtime.Runtime` satisfies each; a job, and any module that runs one of its steps,
-declares the protocol it needs instead of importing the runtime.
-"""
+"""What the deletion path's jobs use of the process's runtime, as narrow protocols that
+:class:`service.runtime.Runtime` satisfies: a job declares the one it needs instead of the runtime."""
 
 from __future__ import annotations
 

@@ -73,11 +73,9 @@ def request_update(rt: UpdateContext, model_id: int) -> None:
 
 
 def apply_deletions(rt: UpdateContext, model_id: int) -> None:
-    """Drain the model's queued requests, one version per round, holding its claim until none is left.
-    A failing update is retried (the reconciler re-publishes it); after ``_MAX_CONSECUTIVE_FAILURES``
-    deterministic failures in a row the queued requests fail with the error's short cause and the model
-    stays on its current version. A transient fault (:func:`service.faults.is_transient`: a lost
-    database, a full disk) never counts: it is only retried."""
+    """Drain the model's queued requests, one version per round, holding its claim until none is left. A
+    failure is retried (re-published); after ``_MAX_CONSECUTIVE_FAILURES`` in a row, transient faults not
+    counted, the queued requests fail with its short cause and the model stays on its current version."""
     if not _drains.enter(model_id):
         return
     try:
@@ -122,8 +120,7 @@ def _fail_queued(rt: UpdateContext, model_id: int, reason: str) -> None:
 
 
 def _drain(rt: UpdateContext, model_id: int) -> None:
-    """Rounds until the queue is empty (then the claim is let go), or ``_MAX_ROUNDS`` of them (then a
-    fresh job, holding the claim, takes over)."""
+    """Rounds until the queue is empty (the claim let go), or ``_MAX_ROUNDS`` (a fresh job takes over)."""
     next_transaction: RoundTransaction | None = None  # Round.next_transaction of the last round
     try:
         for _ in range(_MAX_ROUNDS):
@@ -134,9 +131,8 @@ def _drain(rt: UpdateContext, model_id: int) -> None:
                 finish(rt, model_id, round_.version.id, round_.version)
             if round_.progressed:
                 continue  # requests committed meanwhile published no job: the next round reads them
-            # The queue was empty: let go of the claim, then look once more: a request committed before
-            # the release published no job and is seen here; one after it publishes a job, unless this
-            # drain takes the claim back first. A model retraining gets a job once ready (jobs.training).
+            # The queue was empty: let go of the claim and look once more (a request committed before the
+            # release published no job; one after it does, unless this drain takes the claim back first).
             rt.hot.release_update(model_id)
             if not round_.updatable or not _has_queued(rt, model_id) or not rt.hot.claim_update(model_id):
                 return
@@ -165,14 +161,11 @@ def _round_with_retries(
         given, transaction = transaction, None
         return apply_batch(rt, model_id, given)
 
-    def attempt() -> Round:
-        # A blob collected before the commit (service.storage.refs): the update writes it again.
-        return rewrite_if_collected(one_round, job="apply_deletions", detail=f"of model {model_id}")
-
+    detail = f"of model {model_id}"  # a blob collected before the commit: the update writes it again
     for n in range(_HOT_STORE_RETRIES):
         try:
-            return attempt()
+            return rewrite_if_collected(one_round, job="apply_deletions", detail=detail)
         except HotStoreLost:  # rolled back: the next attempt rebuilds the statistics first
             metrics.HOT_STORE_REBUILDS.inc()
             log.warning("hot store lost during update of model %s (attempt %d); rebuilding", model_id, n + 1)
-    return attempt()
+    return rewrite_if_collected(one_round, job="apply_deletions", detail=detail)

@@ -1,9 +1,6 @@
-"""Storing the parts of a ``MethodState`` and putting them back together, method-agnostic.
-
-Weights: safetensors blobs named by the version row. Per-sample statistics: Redis (reads) plus
-owner-hashed buckets in the artifact store (durability). Accounting: JSON in the version row. Training
-arrays: owner-hashed buckets named by the model row.
-"""
+"""Storing the parts of a ``MethodState`` and putting them back together, method-agnostic: weights as
+blobs named by the version row, accounting as its JSON; per-sample statistics in Redis (reads) and
+owner-hashed buckets (durability), training arrays in owner-hashed buckets, both named by the model row."""
 
 from __future__ import annotations
 
@@ -44,16 +41,13 @@ from unlearning.serialization import json_restore, json_safe  # noqa: F401  (re-
 
 _BLOB_KINDS = ("artifact", "weights", "bucket", "graph")
 _ASSEMBLED_KINDS = ("dataset", "graph")  # whole training sets: each deletion round supersedes the last
-MAX_ASSEMBLED = 4
-"""How many assembled datasets and graphs a :class:`BlobCache` holds by default: enough for the jobs a
-worker runs at once to read theirs again (a graph round reads its graph before and after the erasure)."""
+MAX_ASSEMBLED = 4  # whole datasets and graphs a BlobCache holds: a worker's jobs read theirs again
 
 
 class BlobCache:
-    """Decoded blobs, LRU, bounded by ``max_bytes`` (each value's estimated footprint, Python objects
-    included) and by ``max_assembled`` whole datasets or graphs; thread-safe. A value expires ``ttl_seconds``
-    after loading and is dropped at once when its blob is deleted (:meth:`forget`), so an erased subject's
-    bytes leave every process's memory within the TTL (the count bound: docs/decisions.md)."""
+    """Decoded blobs, LRU, thread-safe, bounded by ``max_bytes`` (estimated footprints) and ``max_assembled``
+    whole datasets or graphs. A value expires ``ttl_seconds`` after loading and goes at once when its blob
+    is deleted (:meth:`forget`): an erased subject's bytes leave memory within the TTL."""
 
     def __init__(
         self,
@@ -137,7 +131,6 @@ class BlobCache:
                 self._drop(item)
 
     def cached(self) -> set[tuple[str, str]]:
-        """(kind, key) of every value held now."""
         with self._lock:
             return set(self._items)
 
@@ -201,15 +194,14 @@ def bucket_nbytes(bucket: Bucket) -> int:
 
 
 def dataset_nbytes(dataset: Dataset) -> int:
-    """About how much memory an assembled dataset adds to its buckets': its arrays, its id tuples and its
-    sample-id index (the id strings are the buckets')."""
+    """About how much memory an assembled dataset adds to its buckets': arrays, id tuples, sample-id index."""
     containers = (dataset.sample_ids, dataset.owner_ids, dataset._index)
     return int(dataset.features.nbytes + dataset.labels.nbytes) + sum(sys.getsizeof(c) for c in containers)
 
 
 class KnownManifests:
-    """Per model, the encoded ``models.training``/``models.statistics`` this process's last round wrote,
-    keyed by the ``xmin`` of the row version holding them (docs/decisions.md); LRU, thread-safe."""
+    """Per model, the encoded ``models.training``/``statistics`` this process last wrote, keyed by the row
+    version's ``xmin`` (docs/decisions.md); LRU, thread-safe."""
 
     def __init__(self, capacity: int = 128) -> None:
         self._lock = threading.Lock()
@@ -231,13 +223,10 @@ class KnownManifests:
 
 @dataclass(frozen=True)
 class KnownRow:
-    """What :class:`KnownManifests` knows of one model's row: the row version, and columns' values."""
-
     xmin: str
     encoded: Mapping[str, str | None]
 
     def values(self) -> dict[str, Any]:
-        """column -> its value, decoded afresh."""
         return {
             column: None if data is None else jsoncodec.loads(data) for column, data in self.encoded.items()
         }
@@ -324,8 +313,7 @@ def load_hot_statistics(
     manifest: Mapping[str, Any],
     snapshot: StatisticsSnapshot | None = None,
 ) -> None:
-    """Fill a model's statistics in Redis for version ``seq``: from ``snapshot`` if given, else from the
-    artifact store."""
+    """Fill a model's statistics in Redis for version ``seq``: ``snapshot``, else the stored buckets."""
     if snapshot is None:
         snapshot = read_statistics(cache, manifest)
     hot.load_stats(model_id, seq, snapshot.sample_ids, snapshot.owner_ids, snapshot.vectors)
@@ -334,8 +322,7 @@ def load_hot_statistics(
 def hot_statistics(
     hot: HotStore, cache: BlobCache, hasher: SubjectHasher, uow: UnitOfWork, model: Model, seq: int
 ) -> RedisSampleStatistics | None:
-    """The model's statistics over Redis (rebuilt first unless Redis holds version ``seq``); None without
-    statistics. Caller must hold the model lock."""
+    """The model's statistics over Redis (rebuilt unless at version ``seq``); caller holds the model lock."""
     manifest = model.statistics
     if manifest is None:
         return None

@@ -1,8 +1,6 @@
-"""Training (the first version of a model) and retraining (a new budget epoch).
-
-No lock is held while fitting (the model's status keeps deletion updates away); progress commits in
-short transactions; the result is recorded in one transaction under the model lock.
-"""
+"""Training (the first version of a model) and retraining (a new budget epoch). No lock is held while
+fitting (the model's status keeps updates away); the result is recorded in one transaction under the
+model lock."""
 
 from __future__ import annotations
 
@@ -10,12 +8,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from service import metrics
 from service.audit.service import model_chain
 from service.db.base import utcnow
-from service.db.tables import Model
+from service.db.tables import Model, ModelVersion
 from service.faults import is_transient, short_cause
 from service.graphs.erasure import departed, retrain_graph
 from service.graphs.storage import is_graph, sample_count
@@ -38,17 +36,14 @@ from unlearning.tables.quality import QualityReport, quality_problem
 
 log = logging.getLogger(__name__)
 
-
-class TrainingContext(UpdateContext, Protocol):
-    """The runtime a training or retraining uses (the same as an update's)."""
+TrainingContext = UpdateContext  # the runtime a training or retraining uses (the same as an update's)
 
 
 def _fit(
     rt: TrainingContext, model: Model, training: dict[str, Any], seed: int
 ) -> tuple[MethodState, Certificate, int]:
-    """Fit on the arrays ``training`` names, under the job's guard; returns (state, certificate, sample
-    count). Writes nothing but progress. Raises RuntimeError if the certificate does not verify, and
-    :class:`JobCanceled` or :class:`JobTimedOut` (see :mod:`service.jobs.job_guard`)."""
+    """Fit on the arrays ``training`` names, under the job's guard: (state, certificate, sample count).
+    RuntimeError if the certificate does not verify; :class:`JobCanceled` or :class:`JobTimedOut`."""
     dataset = rt.cache.dataset(training)
     method = get_method(model.method)
     policy = policy_of(model)
@@ -71,17 +66,16 @@ def _quality(state: MethodState, kind: str) -> QualityReport | None:
     return report
 
 
-def _write_and_record(
+def _release(
     rt: TrainingContext,
-    model_id: int,
-    job: str,
+    run: Run,
+    started: float,
     write: Callable[[], Release],
     record: Callable[[Release], int | None],
-    fail: Callable[[TrainingContext, int, BaseException], None],
-) -> int | None:
-    """``record(write())``: the version id, or None (``write`` failed and ``fail`` was called, or
-    ``record`` found the model changed). Errors of ``record`` propagate, except BlobVanished, on which
-    both run again."""
+) -> None:
+    """``record(write())``, then the version is finished. Nothing is finished if ``write`` failed (the
+    model's error) or ``record`` found the model changed; BlobVanished runs both again."""
+    model_id, initial = run.model_id, run.kind == INITIAL
 
     def attempt() -> int | None:
         try:
@@ -89,14 +83,21 @@ def _write_and_record(
         except Exception as exc:  # any other failure is the model's error, never a crash loop
             if is_transient(exc):
                 raise  # the job runs again (Run.retry_later)
-            fail(rt, model_id, exc)
+            (_fail_training if initial else _fail_retrain)(rt, model_id, exc)
             return None
         version_id = record(release)
         if version_id is None:
             _discard_if_deleted(rt, model_id, release)
         return version_id
 
-    return rewrite_if_collected(attempt, job=job, detail=f"of model {model_id}")
+    job = "train_model" if initial else "retrain_model"
+    version_id = rewrite_if_collected(attempt, job=job, detail=f"of model {model_id}")
+    if version_id is None:
+        return
+    metrics.TRAININGS.labels(run.kind, "ok").inc()
+    metrics.TRAINING_SECONDS.labels(run.kind).observe(time.perf_counter() - started)
+    finish(rt, model_id, version_id)
+    refresh_planner_statistics(rt)
 
 
 def _discard_if_deleted(rt: TrainingContext, model_id: int, release: Release) -> None:
@@ -120,24 +121,46 @@ def refresh_planner_statistics(rt: TrainingContext) -> None:
 
 
 def _stale(rt: TrainingContext, model: Model) -> bool:
-    """A job whose model has not moved (no progress report, no heartbeat) for ``job_heartbeat_timeout_seconds``
-    is presumed dead (service.jobs.heartbeat)."""
+    """Whether the model's job is presumed dead (service.jobs.heartbeat)."""
     return model.updated_at < utcnow() - timedelta(seconds=rt.settings.job_heartbeat_timeout_seconds)
+
+
+def _requeue_if_transient(rt: TrainingContext, run: Run, job: Callable[[], None]) -> None:
+    """``job()``; a transient fault (:func:`service.faults.is_transient`) fails nothing: the job is
+    queued again (:class:`Run`)."""
+    try:
+        job()
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        run.retry_later(rt, exc)
+
+
+def _failure(kind: str, model_id: int, exc: BaseException, failed: str) -> str | None:
+    """Why the (re)training failed (``failed``: "training failed" or "retraining failed"), logged and
+    counted; None when the model was deleted meanwhile."""
+    if isinstance(exc, JobCanceled):
+        log.info("the %s of model %s stopped: the model was deleted", kind, model_id)
+        metrics.TRAININGS.labels(kind, "canceled").inc()
+        return None
+    what = failed.removesuffix(" failed")
+    if isinstance(exc, UnlearningError):  # the request's own error (bad data or hyperparameters): one line
+        reason = str(exc)
+        log.warning("%s of model %s failed: %s", what, model_id, reason)
+    else:
+        reason = f"{failed}: {short_cause(exc)}"
+        log.error("%s of model %s failed", what, model_id, exc_info=exc)
+    metrics.TRAININGS.labels(kind, "failed").inc()
+    return reason
 
 
 # -- training -----------------------------------------------------------------------------------
 
 
 def train_model(rt: TrainingContext, model_id: int) -> None:
-    """Fit the model's first version (a model ``queued``, or ``training`` and stale). A transient fault
-    (:func:`service.faults.is_transient`) fails nothing: the model is queued again (:class:`Run`)."""
+    """Fit the model's first version (a model ``queued``, or ``training`` and stale)."""
     run = Run(INITIAL, model_id)
-    try:
-        _train(rt, run)
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        run.retry_later(rt, exc)
+    _requeue_if_transient(rt, run, lambda: _train(rt, run))
 
 
 def _train(rt: TrainingContext, run: Run) -> None:
@@ -169,20 +192,13 @@ def _train(rt: TrainingContext, run: Run) -> None:
         _fail_training(rt, model_id, exc)
         return
     max_buckets = rt.settings.max_buckets
-    version_id = _write_and_record(
+    _release(
         rt,
-        model_id,
-        "train_model",
+        run,
+        started,
         lambda: release_after_fit(rt.artifacts, state, certificate, training, size, max_buckets),
         lambda release: _record_training(rt, model_id, release, certificate),
-        _fail_training,
     )
-    if version_id is None:
-        return
-    metrics.TRAININGS.labels(INITIAL, "ok").inc()
-    metrics.TRAINING_SECONDS.labels(INITIAL).observe(time.perf_counter() - started)
-    finish(rt, model_id, version_id)
-    refresh_planner_statistics(rt)
 
 
 def _record_training(
@@ -197,7 +213,6 @@ def _record_training(
         )
         model.budget_epoch = 1
         _ledger(uow, model, version.id, certificate, kind=INITIAL, reason=None)
-        _ready(model)
         uow.audit.append(
             model_chain(model_id),
             "model.trained",
@@ -210,31 +225,14 @@ def _record_training(
                 "weights_sha256": release.released_blob,
             },
         )
-        _load_statistics(rt, uow, model, version.seq, release)
-        uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
-        uow.commit()
-        return version.id
-
-
-def _canceled(kind: str, model_id: int, exc: BaseException) -> bool:
-    """Whether ``exc`` ended a job whose model was deleted meanwhile (counted; nothing to record)."""
-    if not isinstance(exc, JobCanceled):
-        return False
-    log.info("the %s of model %s stopped: the model was deleted", kind, model_id)
-    metrics.TRAININGS.labels(kind, "canceled").inc()
-    return True
+        return _serve(rt, uow, model, version, release)
 
 
 def _fail_training(rt: TrainingContext, model_id: int, exc: BaseException) -> None:
     """The model cannot serve: record why, and fail the deletions waiting for it (nothing to apply them to)."""
-    if _canceled(INITIAL, model_id, exc):
+    reason = _failure(INITIAL, model_id, exc, "training failed")
+    if reason is None:
         return
-    reason = str(exc) if isinstance(exc, UnlearningError) else f"training failed: {short_cause(exc)}"
-    if not isinstance(exc, UnlearningError):
-        log.error("training of model %s failed", model_id, exc_info=exc)
-    else:  # the request's own error (bad data or hyperparameters): one line, the job itself ends cleanly
-        log.warning("training of model %s failed: %s", model_id, reason)
-    metrics.TRAININGS.labels(INITIAL, "failed").inc()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status == ModelState.DELETED:
@@ -256,14 +254,9 @@ def _fail_training(rt: TrainingContext, model_id: int, exc: BaseException) -> No
 def retrain_model(rt: TrainingContext, model_id: int, reason: str | None = None) -> None:
     """Retrain on the remaining data without every waiting request's subjects; start a new budget epoch.
     Runs only for a model in ``retraining`` (phase ``waiting``, or stale), with requests waiting or a
-    ``Model.retrain_reason``. A transient fault fails nothing: the retrain waits again (:class:`Run`)."""
+    ``Model.retrain_reason``."""
     run = Run("retrain", model_id, reason=reason)
-    try:
-        _retrain(rt, run, reason)
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        run.retry_later(rt, exc)
+    _requeue_if_transient(rt, run, lambda: _retrain(rt, run, reason))
 
 
 def _retrain(rt: TrainingContext, run: Run, reason: str | None) -> None:
@@ -317,7 +310,8 @@ def _retrain(rt: TrainingContext, run: Run, reason: str | None) -> None:
         if training is None:
             raise UnlearningError("the model has no training data left to retrain on")
         remaining = _remaining(rt, training, forget_request, forgotten)
-        forgotten = {**_departed(rt, training, remaining), **forgotten}
+        if is_graph(training):  # graph subjects that leave with the requests' items beyond those named
+            forgotten = {**departed(rt.cache, training, remaining), **forgotten}
         if not remaining["buckets"]:
             raise UnlearningError("these deletions would leave no training data: nothing to retrain on")
         state, certificate, size = _fit(rt, model, remaining, derive_seed(model.seed, "retrain", epoch))
@@ -340,13 +334,7 @@ def _retrain(rt: TrainingContext, run: Run, reason: str | None) -> None:
             rt, model_id, release, certificate, training, batch, forgotten, forget_request, epoch, reason
         )
 
-    version_id = _write_and_record(rt, model_id, "retrain_model", write, record, _fail_retrain)
-    if version_id is None:
-        return
-    metrics.TRAININGS.labels("retrain", "ok").inc()
-    metrics.TRAINING_SECONDS.labels("retrain").observe(time.perf_counter() - started)
-    finish(rt, model_id, version_id)
-    refresh_planner_statistics(rt)
+    _release(rt, run, started, write, record)
 
 
 def _remaining(
@@ -356,11 +344,6 @@ def _remaining(
     if is_graph(training):  # graph datasets (service.graphs): the graph without the waiting items
         return retrain_graph(rt.artifacts, rt.cache, training, request)
     return rt.cache.drop_rows(training, forgotten)[0]
-
-
-def _departed(rt: TrainingContext, training: dict[str, Any], remaining: dict[str, Any]) -> dict[str, str]:
-    """Graph subjects that leave with the requests' items beyond those they named (none for tables)."""
-    return departed(rt.cache, training, remaining) if is_graph(training) else {}
 
 
 def _record_retrain(
@@ -421,11 +404,7 @@ def _record_retrain(
             },
         }
         mark_applied(uow, model_id, requests, version.id, None, version.seq, completed)
-        _ready(model)
-        _load_statistics(rt, uow, model, version.seq, release)
-        uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
-        uow.commit()
-        return version.id
+        return _serve(rt, uow, model, version, release)
 
 
 def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:
@@ -437,14 +416,9 @@ def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:
 
 def _fail_retrain(rt: TrainingContext, model_id: int, exc: BaseException) -> None:
     """The old version keeps serving; the waiting requests fail with the reason."""
-    if _canceled("retrain", model_id, exc):
+    reason = _failure("retrain", model_id, exc, "retraining failed")
+    if reason is None:
         return
-    reason = str(exc) if isinstance(exc, UnlearningError) else f"retraining failed: {short_cause(exc)}"
-    if not isinstance(exc, UnlearningError):
-        log.error("retraining of model %s failed", model_id, exc_info=exc)
-    else:
-        log.warning("retraining of model %s failed: %s", model_id, reason)
-    metrics.TRAININGS.labels("retrain", "failed").inc()
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status == ModelState.DELETED:
@@ -496,11 +470,17 @@ def _ledger(
     )
 
 
-def _load_statistics(rt: TrainingContext, uow: UnitOfWork, model: Model, seq: int, release: Release) -> None:
-    """Fill Redis with version ``seq``'s statistics before the commit, under the model lock (a failed
-    commit leaves Redis at a seq Postgres lacks, so it is rebuilt)."""
+def _serve(
+    rt: TrainingContext, uow: UnitOfWork, model: Model, version: ModelVersion, release: Release
+) -> int:
+    """The model ready on ``version``, its updates queued, committed; Redis gets the version's statistics
+    first, under the model lock (a failed commit leaves Redis at a seq Postgres lacks: rebuilt)."""
+    _ready(model)
     uow.session.flush()
     if release.statistics is not None:
-        load_hot_statistics(rt.hot, rt.cache, model.id, seq, release.statistics, release.snapshot)
+        load_hot_statistics(rt.hot, rt.cache, model.id, version.seq, release.statistics, release.snapshot)
     else:
         rt.hot.clear_stats(model.id)
+    uow.outbox.add("apply_deletions", {"model_id": model.id}, dedupe_key=f"apply:{model.id}")
+    uow.commit()
+    return version.id

@@ -1,12 +1,7 @@
-"""One deletion update round: drain up to ``max_batch`` of a model's queued requests into one new version.
-
-In one transaction, under the model lock: lock the queued requests (oldest first) and read the current
-state (:mod:`service.jobs.round_repository`); take the longest prefix the budget allows (the rest wait
-for a retrain); ``method.forget`` on the union (one call, one version; a request the method rejects fails
-alone); write the blobs, record the version with everything that goes with it and the statistics in
-Redis (keyed by version, so Redis ahead of an aborted commit is rebuilt), commit; then complete the
-version (:mod:`service.jobs.completion`), in the transaction the round's COMMIT began when it could.
-"""
+"""One deletion update round, in one transaction under the model lock: the queued requests (oldest first,
+up to ``max_batch``) whose prefix the budget allows go through one ``method.forget`` into one new version
+(a request the method rejects fails alone; the rest wait for a retrain); then the version is completed
+(:mod:`service.jobs.completion`), in the transaction the round's COMMIT began when it could."""
 
 from __future__ import annotations
 
@@ -25,7 +20,6 @@ from service.jobs.context import UpdateContext
 from service.jobs.plans import Batch, RequestPlan, plan_requests
 from service.jobs.request_lifecycle import await_retrain, emptied_owners, fail_request, mark_applied
 from service.jobs.round_repository import (
-    LockedRound,
     PendingRoundLock,
     RecordedRound,
     UnlearnedVersion,
@@ -43,7 +37,7 @@ from service.jobs.state import (
     policy_of,
     privacy_of,
 )
-from service.jobs.versions import Release, release_after_forget
+from service.jobs.versions import release_after_forget
 from service.states import ModelState, VersionKind
 from service.storage.statistics import HotStoreLost, RedisSampleStatistics
 from service.uow import UnitOfWork
@@ -63,9 +57,8 @@ class _Forgot:
 
 
 class RoundTransaction:
-    """The unit of work an update round runs in: a new one, or the previous round's, continued into this
-    round with its lock started (:meth:`continue_into_next_round`). As a context manager it gives the
-    unit of work and ends it on exit, unless continued into the next round meanwhile."""
+    """The unit of work of an update round (a new one, or the previous round's, continued with this round's
+    lock started); as a context manager, ended on exit unless continued into the next round."""
 
     def __init__(
         self, uow: UnitOfWork, entered: bool = False, pending_lock: PendingRoundLock | None = None
@@ -114,7 +107,12 @@ def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction 
     started = time.perf_counter()
     round_transaction = transaction if transaction is not None else RoundTransaction(rt.uow())
     with round_transaction as uow:
-        locked = _lock_round(rt, uow, model_id, round_transaction.pending_lock)
+        pending = round_transaction.pending_lock  # started by the previous round's completion
+        if pending is not None:
+            locked = finish_lock_round(uow.session, pending)
+        else:
+            conn, max_batch = uow.postgres_connection(), rt.settings.max_batch
+            locked = lock_round(conn, uow.session, model_id, max_batch, rt.manifests)
         model, requests, version = locked.model, locked.requests, locked.version
         if model is None or model.status != ModelState.READY or model.current_version_id is None:
             return Round(False, None, updatable=False)
@@ -125,9 +123,8 @@ def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction 
         if version is None:
             raise RuntimeError(f"model {model_id} points at a missing version {model.current_version_id}")
         state, stats = load_state(rt.hot, rt.cache, rt.hasher, uow, model, version)
-        remaining = (
-            rt.cache.dataset(model.training) if _needs_remaining(method, model) and model.training else None
-        )
+        needs_rows = needs_remaining_data(method, model.config, privacy_of(model))  # certified Hessian-free
+        remaining = rt.cache.dataset(model.training) if needs_rows and model.training else None
         plans = plan_requests(uow, model_id, requests, locked.owner_samples, locked.sample_owner)
         take, wait, reason = _budget_prefix(method, model, state, plans)
         noise_seed = derive_seed(model.seed, "noise", model_id, version.seq + 1)
@@ -181,20 +178,6 @@ def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction 
 def _observe_round(started: float, requests: Sequence[DeletionRequest]) -> None:
     metrics.UPDATE_SECONDS.observe(time.perf_counter() - started)
     metrics.UPDATE_BATCH.observe(len(requests))
-
-
-def _lock_round(
-    rt: UpdateContext, uow: UnitOfWork, model_id: int, pending: PendingRoundLock | None = None
-) -> LockedRound:
-    """:func:`~service.jobs.round_repository.lock_round`; ``pending``: started by the previous completion."""
-    if pending is not None:
-        return finish_lock_round(uow.session, pending)
-    return lock_round(uow.postgres_connection(), uow.session, model_id, rt.settings.max_batch, rt.manifests)
-
-
-def _needs_remaining(method: UnlearningMethod, model: Model) -> bool:
-    """Whether the method's ``forget`` for this model reads the remaining rows (certified Hessian-free)."""
-    return needs_remaining_data(method, model.config, privacy_of(model))
 
 
 def _budget_prefix(
@@ -291,16 +274,14 @@ def _record_update(
     outcome: ForgetOutcome,
     claimed_at: Any,
 ) -> RecordedRound:
-    """Write the round's blobs and record its version after ``previous`` in ``uow``'s transaction
-    (:func:`service.jobs.round_repository.record_round`)."""
+    """Write the round's blobs and record its version after ``previous`` (:func:`record_round`)."""
     planned = batch.samples
     if stats is not None:
         planned = {**planned, **stats.staged}
     forgotten = {sid: planned.get(sid, "") for sid in outcome.forgotten_ids}
     if unplanned := [sid for sid, owner in forgotten.items() if not owner]:
-        # The method forgot a sample the plan did not name (a collection graph whose last nodes the
-        # request deleted leaves whole): its owner from the samples table, so that the owner's tombstone
-        # is written (a later request naming that owner is then a 409, not an unknown subject).
+        # A sample the plan did not name (a collection graph whose last nodes went): its owner's
+        # tombstone is written too (a later request naming that owner is a 409, not an unknown subject).
         forgotten.update(uow.models.owners_of(model.id, unplanned))
     if set(forgotten) != set(batch.samples):
         named = len(batch.samples)
@@ -310,21 +291,6 @@ def _record_update(
     cert = outcome.certificate
     request = batch.forget_request()  # graphs: the stored graph loses exactly these items (service.graphs)
     emptied = emptied_owners(batch, forgotten)
-
-    def release_blobs() -> Release:
-        return release_after_forget(
-            rt.artifacts,
-            rt.cache,
-            model,
-            outcome.state,
-            cert,
-            forgotten,
-            rt.settings.max_buckets,
-            staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
-            request=request,
-            whole_owners=emptied,
-            previous_artifacts=previous.artifacts,
-        )
 
     charge = {
         "budget_unit": cert.budget_unit,
@@ -367,7 +333,19 @@ def _record_update(
     with conn.pipeline():
         # The blobs are written while Postgres answers the reads; the statistics move during the writes.
         pending = start_record_round(conn, model, forgotten, emptied)
-        release = release_blobs()
+        release = release_after_forget(
+            rt.artifacts,
+            rt.cache,
+            model,
+            outcome.state,
+            cert,
+            forgotten,
+            rt.settings.max_buckets,
+            staged=isinstance(outcome.state.statistics, RedisSampleStatistics),
+            request=request,
+            whole_owners=emptied,
+            previous_artifacts=previous.artifacts,
+        )
     unlearned = UnlearnedVersion(
         model, previous, release, batch, forgotten, emptied, request, charge, claimed_at
     )

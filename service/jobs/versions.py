@@ -1,7 +1,5 @@
-"""Writing a new model version: content-addressed blobs before the transaction (a rollback leaves only
-unreferenced files), rows and artifact references inside it. Blobs losing their last reference go to
-``model_versions.garbage``, deleted before any request the version answers completes.
-"""
+"""Writing a new model version: blobs before the transaction (a rollback leaves only unreferenced files),
+rows and references inside it; blobs losing their last reference go to ``model_versions.garbage``."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ class Release:
     train_size: int
     statistics: dict[str, Any] | None
     artifacts: dict[str, str]  # MethodState.artifacts: name -> blob
-    # the statistics just written, kept to fill Redis: a read-back could see a blob collected before commit
-    snapshot: StatisticsSnapshot | None = None
+    snapshot: StatisticsSnapshot | None = None  # the statistics written, to fill Redis without a read-back
 
 
 def model_holder(model_id: int) -> str:
@@ -77,23 +74,9 @@ def release_after_fit(
     train_size: int,
     max_buckets: int,
 ) -> Release:
-    written = write_state(artifacts, state)
+    released, clean, spec, own = write_state(artifacts, state)
     snapshot = state.statistics.export() if state.statistics is not None else None
     statistics = write_statistics(artifacts, snapshot, max_buckets) if snapshot is not None else None
-    return _release(written, state, certificate, training, train_size, statistics, snapshot)
-
-
-def _release(
-    written: tuple[str, str, dict[str, Any], dict[str, str]],
-    state: MethodState,
-    certificate: Certificate,
-    training: dict[str, Any] | None,
-    train_size: int,
-    statistics: dict[str, Any] | None,
-    snapshot: StatisticsSnapshot | None,
-) -> Release:
-    """The release of ``state`` whose blobs :func:`write_state` ``written``."""
-    released, clean, spec, own = written
     accounting, cert = json_safe(state.accounting), certificate.to_dict()
     return Release(released, clean, spec, accounting, cert, training, train_size, statistics, own, snapshot)
 
@@ -111,17 +94,16 @@ def release_after_forget(
     whole_owners: Collection[str] = (),
     previous_artifacts: Mapping[str, str] | None = None,
 ) -> Release:
-    """The release after a forget. ``forgotten``: sample id -> owner id. ``staged``: statistics removals
-    went through RedisSampleStatistics, so only affected buckets are rewritten (else the whole snapshot
-    is). ``request``: the batch (graphs apply it). ``whole_owners``: owners with no sample left."""
+    """The release after a forget of ``forgotten`` (sample id -> owner id; ``whole_owners``: owners with no
+    sample left; graphs apply ``request``). ``staged``: only the statistics buckets touched are rewritten."""
     previous = previous_artifacts or {}
 
     def stored(name: str, tensor: torch.Tensor) -> str | None:  # unchanged by the forget: not stored again
         digest = previous.get(name)
         return digest if digest is not None and cache.holds_artifact(digest, tensor) else None
 
-    written = write_state(artifacts, state, stored)
-    cache.remember_weights(written[0], state.released_weights)
+    released, clean, spec, own = write_state(artifacts, state, stored)
+    cache.remember_weights(released, state.released_weights)
     train_size = model.train_size - len(forgotten)
     training: dict[str, Any] | None
     if is_graph(model.training):  # graph datasets (service.graphs): the remaining graph, rewritten whole
@@ -135,7 +117,8 @@ def release_after_forget(
         snapshot = state.statistics.export()
         statistics = write_statistics(artifacts, snapshot, max_buckets)
     training = training if training and training["buckets"] else None
-    return _release(written, state, certificate, training, train_size, statistics, snapshot)
+    accounting, cert = json_safe(state.accounting), certificate.to_dict()
+    return Release(released, clean, spec, accounting, cert, training, train_size, statistics, own, snapshot)
 
 
 def blobs_of(release: Release) -> set[str]:
@@ -169,8 +152,8 @@ def record_version(
     request_count: int,
     garbage: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> ModelVersion:
-    """Insert the version, point the model at it and purge superseded versions' weights (rows stay); blobs
-    the model stops holding, plus ``garbage``, become the version's garbage."""
+    """Insert the version, point the model at it, purge superseded versions' weights (rows stay); blobs the
+    model stops holding, and ``garbage``, become the version's garbage."""
     previous = uow.models.version(model.current_version_id) if model.current_version_id is not None else None
     old = _held_by_model(model, previous)
     new = blobs_of(release)
@@ -247,8 +230,7 @@ def erase_from_source(
     new_training: Mapping[str, Any] | None,
     request: ForgetRequest | None = None,
 ) -> set[str]:
-    """Erase the forgotten samples from the model's source dataset (row-locked; gone: no-op), so later
-    models never see them; returns the blobs released."""
+    """Erase the forgotten samples from the model's source dataset (row-locked); the blobs released."""
     dataset_row = uow.datasets.lock(model.dataset_id)
     if dataset_row is None or dataset_row.arrays is None:
         return set()
@@ -274,8 +256,8 @@ def dataset_arrays_after(
     new_training: Mapping[str, Any] | None,
     request: ForgetRequest | None = None,
 ) -> dict[str, Any] | None:
-    """The dataset manifest without the ``forgotten`` samples (sample id -> owner id); None if empty.
-    A dataset sharing the model's old buckets takes the model's new ones (nothing written twice)."""
+    """The dataset manifest without ``forgotten`` (None if empty); sharing the model's old buckets, it takes
+    the new ones (nothing written twice)."""
     if is_graph(arrays):  # graph datasets (service.graphs): the graph loses the same items
         return graph_after_erasure(
             cache, arrays, request, old_training=old_training, new_training=new_training
@@ -296,8 +278,7 @@ def drop_dataset_rows(
 def replace_dataset_arrays(
     uow: UnitOfWork, cache: BlobCache, dataset_row: Dataset, arrays: dict[str, Any] | None
 ) -> set[str]:
-    """Point the locked dataset row at ``arrays``, swapping references and recounting rows; returns the
-    blobs it stopped holding."""
+    """Point the locked dataset row at ``arrays`` (references swapped, rows recounted); the blobs released."""
     holder = dataset_holder(dataset_row.id)
     released = uow.refs.release(holder, digests(dataset_row.arrays) - digests(arrays))
     uow.refs.hold(holder, digests(arrays) - digests(dataset_row.arrays))

@@ -85,11 +85,8 @@ class ModelRepository:
     def on_dataset(self, dataset_id: int, statuses: Sequence[ModelState] | None = None) -> builtins.list[int]:
         """Ids of the dataset's models in ``statuses`` (None: not deleted)."""
         wanted = Model.status != ModelState.DELETED if statuses is None else Model.status.in_(list(statuses))
-        return list(
-            self.session.scalars(
-                select(Model.id).where(Model.dataset_id == dataset_id, wanted).order_by(Model.id)
-            )
-        )
+        stmt = select(Model.id).where(Model.dataset_id == dataset_id, wanted).order_by(Model.id)
+        return list(self.session.scalars(stmt))
 
     def count(self) -> int:
         return int(self.session.scalar(select(func.count()).select_from(Model)) or 0)
@@ -106,8 +103,7 @@ class ModelRepository:
         return bool(getattr(result, "rowcount", 0))
 
     def unclaimed_jobs(self, before: datetime) -> builtins.list[Model]:
-        """Trainings still queued and retrains still waiting (no job has claimed them), unchanged since
-        before ``before``."""
+        """Trainings queued and retrains waiting (no job claimed them), unchanged since before ``before``."""
         waiting = or_(
             Model.status == ModelState.QUEUED,
             and_(Model.status == ModelState.RETRAINING, Model.phase == WAITING_PHASE),
@@ -115,28 +111,17 @@ class ModelRepository:
         return list(self.session.scalars(select(Model).where(waiting, Model.updated_at < before)))
 
     def heartbeat(self, model_id: int, holding: Sequence[ModelState], claimed_since: datetime) -> bool:
-        """Bump ``updated_at`` if the model is in ``holding`` and was claimed (``started_at``) since
-        ``claimed_since``; whether it was. Raises after :data:`HEARTBEAT_LOCK_TIMEOUT` waiting for the row."""
+        """Bump ``updated_at`` of the model in ``holding`` claimed since ``claimed_since``; whether it was."""
         self.session.execute(text(f"SET LOCAL lock_timeout = '{HEARTBEAT_LOCK_TIMEOUT}'"))
-        result = self.session.execute(
-            update(Model)
-            .where(
-                Model.id == model_id,
-                Model.status.in_(list(holding)),
-                Model.started_at >= claimed_since,
-            )
-            .values(updated_at=utcnow())
-        )
+        claimed = (Model.id == model_id, Model.status.in_(list(holding)), Model.started_at >= claimed_since)
+        result = self.session.execute(update(Model).where(*claimed).values(updated_at=utcnow()))
         return bool(getattr(result, "rowcount", 0))
 
     def silent_jobs(self, status: ModelState, before: datetime) -> builtins.list[Model]:
         """Models in ``status`` whose job started (phase not ``waiting``) and beat last before ``before``."""
         started = or_(Model.phase.is_(None), Model.phase != WAITING_PHASE)
-        return list(
-            self.session.scalars(
-                select(Model).where(Model.status == status, started, Model.updated_at < before)
-            )
-        )
+        stmt = select(Model).where(Model.status == status, started, Model.updated_at < before)
+        return list(self.session.scalars(stmt))
 
     def add_version(self, version: ModelVersion) -> ModelVersion:
         self.session.add(version)
@@ -188,12 +173,8 @@ class ModelRepository:
     def versions(
         self, model_id: int, *, after_seq: int | None = None, limit: int = 1000
     ) -> builtins.list[ModelVersion]:
-        stmt = (
-            select(ModelVersion)
-            .where(ModelVersion.model_id == model_id)
-            .order_by(ModelVersion.seq)
-            .limit(limit)
-        )
+        stmt = select(ModelVersion).where(ModelVersion.model_id == model_id).order_by(ModelVersion.seq)
+        stmt = stmt.limit(limit)
         if after_seq is not None:
             stmt = stmt.where(ModelVersion.seq > after_seq)
         return list(self.session.scalars(stmt))

@@ -1,12 +1,11 @@
 """Deleting a model in two transactions, so no request completes while its subject's bytes remain:
-:func:`retire` (status ``deleted``, references released, samples deleted) and :func:`erase_retired`
-(idempotent: Redis tombstone, unheld blobs unlinked, waiting requests completed). Versions, certificates,
-ledger, audit log, tombstones and request histories stay; the source dataset keeps its own arrays."""
+:func:`retire` (references released, samples deleted), then :func:`erase_retired` (idempotent: blobs
+unlinked, waiting requests completed). Its history stays; the source dataset keeps its own arrays."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from service import metrics
 from service.audit.repository import ChainHead
@@ -27,8 +26,7 @@ WAITING = (RequestState.QUEUED, RequestState.AWAITING_RETRAIN, RequestState.RETR
 """Request states that a deleted model answers: the subject is gone with the model."""
 
 
-class RetirementContext(CompletionContext, Protocol):
-    """What retiring a model uses of the process's runtime."""
+RetirementContext = CompletionContext  # what retiring a model uses of the process's runtime
 
 
 def delete_model(rt: RetirementContext, model_id: int) -> None:

@@ -1,6 +1,5 @@
-"""Retraining on request (``POST /v1/models/{id}/retrain``): the same job as a budget-driven retrain
-(:func:`service.jobs.training.retrain_model`), with the caller's reason in its ledger entry and events.
-"""
+"""Retraining on request (``POST /v1/models/{id}/retrain``): a budget-driven retrain's job, the caller's
+reason in its ledger entry and events."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ DEFAULT_REASON = "requested through the API"
 
 
 def request_retrain(uow: UnitOfWork, model_id: int, reason: str) -> Model:
-    """Schedule a retrain of a ready model (under the model lock); the caller commits. 404/410 for an
-    unknown/deleted model; 409 ``not_ready``, ``already_retraining``, ``model_failed``, ``no_training_data``."""
+    """Schedule a retrain of a ready model (under the model lock; 404, 410, 409); the caller commits."""
     model = uow.models.lock(model_id)
     if model is None:
         raise NotFound(f"model {model_id} does not exist")

@@ -84,8 +84,7 @@ def list_methods() -> list[MethodOut]:
 
 
 def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn, limits: JobLimits) -> Model:
-    """Validate the registration (422, also for a job estimated over ``limits``), insert the model with its
-    samples and references, and queue its training; the caller commits."""
+    """Validate the registration (422), insert the model and queue its training; the caller commits."""
     try:
         method = get_method(body.method)
     except UnlearningError as exc:
@@ -210,8 +209,7 @@ def _check_architecture(
     config: dict[str, Any],
     check_job: Callable[[], None],
 ) -> ModelSpec:
-    """The ModelSpec (``cnn``: the feature shape; others: flattened), built once to check it; 422 if it
-    cannot be built or an MLP is too large. ``check_job`` runs before the model is built."""
+    """The ModelSpec, built once after ``check_job`` to check it (422 if it cannot be or is too large)."""
     shape = tuple(feature_shape) if family == "cnn" else (math.prod(feature_shape),)
     spec = ModelSpec(family=family, input_shape=shape, num_classes=num_classes)
     try:

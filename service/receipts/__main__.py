@@ -1,7 +1,6 @@
 """``python -m service.receipts``: make a signing key, or verify a receipt without trusting the service.
 
-Exit status 0 when everything checked holds, 1 otherwise, 2 for unusable input.
-"""
+Exit status 0 when everything checked holds, 1 otherwise, 2 for unusable input."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Receipt bodies. Every field of a receipt is a string, an integer or null (no floats: see
-:mod:`service.signing`), so its canonical form is the same in any language."""
+"""Receipt bodies: strings, integers or null (no floats), so the canonical form is the same anywhere."""
 
 from __future__ import annotations
 

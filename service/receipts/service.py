@@ -1,5 +1,4 @@
-"""Issuing a deletion receipt: read what a completed request did, check the ids the caller names against
-its keyed hashes, sign."""
+"""Issuing a deletion receipt: what a completed request did, the ids the caller names checked, signed."""
 
 from __future__ import annotations
 
@@ -64,8 +63,7 @@ def issue(
     owner_ids: Sequence[str] = (),
     sample_ids: Sequence[str] = (),
 ) -> ReceiptOut:
-    """The signed receipt of a completed request. ``owner_ids``/``sample_ids``: plain ids the caller
-    wants the receipt to name; each must be one of the request's subjects (422 otherwise)."""
+    """The signed receipt of a completed request, naming ``owner_ids``/``sample_ids`` (subjects, or 422)."""
     signer = require_signer(signer)
     request = get_request(uow, request_id)
     if request.state != RequestState.COMPLETED or request.completed_at is None:

@@ -1,6 +1,5 @@
-"""Verify a receipt without trusting the service: its signature against the public keys given, and (with
-a client of the service) the audit event it names, in a chain whose hashes are recomputed here (for
-``python -m service.receipts verify`` and ``lethe receipt --verify``)."""
+"""Verify a receipt without trusting the service: its signature against the public keys given, and (with a
+client) the audit event it names, in a chain whose hashes are recomputed here."""
 
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ def split_answer(answer: Any) -> tuple[dict[str, Any], str]:
 
 
 def keys_by_id(public_keys: Sequence[str]) -> dict[str, str]:
-    """key id -> public key (base64url) of each key given."""
     try:
         return {key_id(raw): b64url(raw) for raw in map(parse_public_key, public_keys)}
     except (ValueError, TypeError) as exc:
@@ -43,8 +41,7 @@ def check_receipt(
     client: httpx.Client | None = None,
     say: Callable[[str], None] = print,
 ) -> bool:
-    """Whether the receipt is signed by the key it names, among ``public_keys``, and (with ``client``)
-    logged; ``say`` gets one line per finding. Raises :class:`UnusableInput`, ``httpx.HTTPError``."""
+    """Whether the receipt is signed by the key it names and (with ``client``) logged; ``say``: findings."""
     receipt, signature = split_answer(answer)
     given = keys_by_id(public_keys)
     wanted = receipt.get("key_id")

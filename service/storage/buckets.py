@@ -1,8 +1,6 @@
-"""Per-sample arrays (training rows, statistics vectors) stored as content-addressed safetensors buckets:
-one per owner up to ``max_buckets`` owners (:data:`PER_OWNER`: forgetting an owner drops their bucket),
-else ``max_buckets`` shared by hash. Manifest: ``{"num_buckets": B, "num_rows": n, "buckets": {key:
-digest}, "shared_buckets": [keys two owners hash to], ...extra}``; old ones may lack the last two.
-"""
+"""Per-sample arrays (training rows, statistics vectors) as safetensors buckets: one per owner up to
+``max_buckets`` owners (:data:`PER_OWNER`), else ``max_buckets`` shared by hash. Manifest: ``{"num_buckets":
+B, "num_rows": n, "buckets": {key: digest}, "shared_buckets": [keys two owners hash to], ...extra}``."""
 
 from __future__ import annotations
 
@@ -87,7 +85,6 @@ def write_buckets(
 def _rows(
     sample_ids: Sequence[str], owner_ids: Sequence[str], arrays: Mapping[str, np.ndarray], rows: list[int]
 ) -> Bucket:
-    """The bucket of ``rows`` (indices) of these arrays."""
     index = np.asarray(rows, dtype=np.int64)
     return Bucket(
         [sample_ids[i] for i in rows], [owner_ids[i] for i in rows], {k: v[index] for k, v in arrays.items()}

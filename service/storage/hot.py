@@ -1,8 +1,6 @@
-"""The Redis hot store, rebuilt from Postgres and the artifact store (not a system of record). Keys under
-``{prefix}:m:{model_id}:``: ``serving`` (hash: seq, version_id, dtype, spec, weights as raw little-endian
-bytes); ``stats:meta`` (hash: the loaded statistics' seq, dim, dtype); ``stats:vec`` and ``stats:owner``
-(sample id -> vector bytes, owner id); ``stats:osum`` and ``stats:omem`` (owner id -> sum of the owner's
-remaining vectors, JSON list of its remaining sample ids)."""
+"""The Redis hot store, rebuilt from Postgres and the artifact store. Keys under ``{prefix}:m:{model_id}:``:
+``serving`` (seq, version_id, dtype, spec, raw weights), ``stats:meta`` (seq, dim, dtype), ``stats:vec`` and
+``stats:owner`` (per sample: vector, owner), ``stats:osum`` and ``stats:omem`` (per owner: sum, members)."""
 
 from __future__ import annotations
 
@@ -136,8 +134,7 @@ class HotStore:
         pipe.execute()
 
     def claim_update(self, model_id: int, ttl_seconds: int = 30) -> bool:
-        """Take the model's update claim (expires after ``ttl_seconds``): True for the first caller since it
-        was released, who then publishes the job, or when Redis fails."""
+        """The model's update claim, for ``ttl_seconds``: True for the first caller, or if Redis fails."""
         try:
             return bool(self.client.set(self.key(model_id, "update-pending"), 1, nx=True, ex=ttl_seconds))
         except redis.RedisError:

@@ -1,5 +1,4 @@
-"""``SampleStatistics`` over the Redis hot store: ``remove`` stages removals in memory, :meth:`apply`
-writes them under the model lock, guarded by the version seq Redis carries."""
+"""``SampleStatistics`` over Redis: ``remove`` stages, :meth:`apply` writes under the model lock by seq."""
 
 from __future__ import annotations
 
@@ -198,8 +197,7 @@ class RedisSampleStatistics:
         return None if seq is None else int(seq)
 
     def apply(self, base_seq: int, new_seq: int) -> None:
-        """Atomically write the staged removals as version ``new_seq`` (owners leaving whole dropped unread);
-        :class:`HotStoreLost`, writing nothing, if Redis no longer holds version ``base_seq``."""
+        """Write the staged removals atomically as ``new_seq``; HotStoreLost if not at ``base_seq``."""
         by_owner: dict[str, list[str]] = defaultdict(list)
         for sid, owner in self._removed.items():
             by_owner[owner].append(sid)

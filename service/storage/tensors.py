@@ -30,7 +30,6 @@ def canonical(blob: bytes) -> bytes:
 
 
 def read_metadata(blob: bytes) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors blob."""
     return dict(_header(blob)[1].get("__metadata__") or {})
 
 
