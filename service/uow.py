@@ -1,5 +1,6 @@
-"""Unit of work: one transaction, its repositories, and the outbox published after commit. Services never
-commit; the entrypoint (a route or a job) that opened the unit of work does."""
+"""Unit of work: one transaction, its repositories, and what follows its commit (the outbox published, the
+:meth:`UnitOfWork.after_commit` hooks run). Services never commit; the entrypoint (a route or a job) that
+opened the unit of work does."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class UnitOfWork:
         self._snapshot = snapshot
         self._publish = publish
         self._blob_exists = blob_exists
+        self._after_commit: list[Callable[[], None]] = []
 
     def __enter__(self) -> Self:
         self.session = self._sessions()
@@ -59,7 +61,18 @@ class UnitOfWork:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._after_commit = []  # what this transaction did not commit is never counted
         self.session.close()  # rolls back without expiring: loaded objects stay readable
+
+    def after_commit(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once this transaction has committed (metrics of what it records); never when it rolls
+        back. A hook must not raise."""
+        self._after_commit.append(hook)
+
+    def _committed(self) -> None:
+        hooks, self._after_commit = self._after_commit, []
+        for hook in hooks:
+            hook()
 
     def postgres_connection(self) -> Connection[Any]:
         """The psycopg connection of this transaction, after flushing the session."""
@@ -72,17 +85,21 @@ class UnitOfWork:
 
     def send_commit(self, conn: Connection[Any], begin_next: bool = False) -> bool:
         """Queue the COMMIT in the caller's pipeline on ``conn``; True if sent, False when :meth:`commit` has
-        work to do first (session changes, outbox messages, held references: the caller commits).
-        ``begin_next``: also queue BEGIN; this unit of work continues in the new transaction."""
+        work to do first (session changes, outbox messages, held references, or, with ``begin_next``,
+        :meth:`after_commit` hooks: the caller commits). ``begin_next``: also queue BEGIN; this unit of work
+        continues in the new transaction. Without it the COMMIT is awaited and the hooks run."""
         session = self.session
         if session.new or session.dirty or session.deleted or self.outbox.added or self.refs.held:
             return False
         if begin_next:
+            if self._after_commit:  # the COMMIT's outcome would be known only when the pipeline syncs
+                return False
             conn.execute("COMMIT")
             conn.execute("BEGIN")
             self.refs.commit_locked = False  # the commit released it
         else:
-            conn.commit()
+            conn.commit()  # in a pipeline too: synced, so a failed COMMIT raises here
+            self._committed()
         return True
 
     def check_stored(self, blobs: Iterable[str]) -> None:
@@ -93,12 +110,14 @@ class UnitOfWork:
             raise BlobVanished(missing)
 
     def commit(self) -> None:
-        """Commit, then publish the outbox messages written. With artifact references added, first take the
-        commit lock and :meth:`check_stored` them (:class:`BlobVanished`: nothing committed)."""
+        """Commit, run the :meth:`after_commit` hooks, then publish the outbox messages written. With artifact
+        references added, first take the commit lock and :meth:`check_stored` them (:class:`BlobVanished`:
+        nothing committed)."""
         if self.refs.held and self._blob_exists is not None:
             self.refs.lock_for_commit()
             self.check_stored(self.refs.held)
         self.session.commit()
+        self._committed()
         messages, self.outbox.added = self.outbox.added, []
         if messages and self._publish is not None:
             self._publish(messages)

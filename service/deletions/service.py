@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from service import metrics
@@ -122,7 +123,8 @@ def submit_many(
     uow: UnitOfWork, hasher: SubjectHasher, model_id: int, bodies: list[DeletionIn], sla_seconds: float
 ) -> list[DeletionAccepted | ApiError]:
     """Queue each request valid against the model's remaining training set; per request, the
-    DeletionAccepted or the error (422 unknown ids, 409 forgotten ids). Raises for the model itself."""
+    DeletionAccepted or the error (422 unknown ids, 409 forgotten ids). Raises for the model itself. The
+    accepted requests count as received once ``uow`` commits."""
     model = uow.models.get(model_id)
     check_accepting(model, model_id)
     assert model is not None
@@ -143,7 +145,7 @@ def submit_many(
     uow.deletions.add_events(plan.history(ids))
     # last: the chain head stays locked until the commit
     uow.audit.append_many(requests_chain(model_id), plan.events(ids))
-    metrics.DELETIONS_RECEIVED.inc(len(plan.accepted))
+    uow.after_commit(partial(metrics.DELETIONS_RECEIVED.inc, len(plan.accepted)))
     return plan.results(ids)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection, Cursor
@@ -148,10 +149,9 @@ class SubmissionRepository:
         """Which of ``hashes`` the model erased, and by which request."""
         return dict(self._conn.execute(_ERASED_AMONG, (model_id, array_literal(hashes))).fetchall())
 
-    def save(
-        self, answers: Sequence[tuple[str, str, int, dict[str, Any]]], uow: UnitOfWork | None = None
-    ) -> None:
-        """Insert the accepted requests and store each key's answer; ``uow``'s COMMIT goes with them."""
+    def save(self, answers: Sequence[tuple[str, str, int, dict[str, Any]]], uow: UnitOfWork) -> None:
+        """Insert the accepted requests and store each key's answer; ``uow``'s COMMIT goes with them when it
+        can (:meth:`UnitOfWork.send_commit`). The requests count as received once ``uow`` committed."""
         conn = self._conn
         heads = {m: self._head(m) for m, a in self._models.items() if any(p.accepted for p, _ in a.plans)}
         accepted = 0
@@ -164,9 +164,9 @@ class SubmissionRepository:
                         append_events(conn, heads[model_id], plan.events(ids), plan.now)
                         accepted += len(ids)
             store_answers(conn, answers)
-            if uow is not None:
-                uow.send_commit(conn)
-        metrics.DELETIONS_RECEIVED.inc(accepted)
+            if accepted:
+                uow.after_commit(partial(metrics.DELETIONS_RECEIVED.inc, accepted))
+            uow.send_commit(conn)
 
     def _head(self, model_id: int) -> ChainHead:
         """The model's requests chain head, locked (created for the model's first request)."""

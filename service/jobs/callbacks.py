@@ -75,7 +75,7 @@ def deliver_callback(rt: JobContext, request_id: int, attempt: int = 1) -> None:
             request.callback_state = CallbackState.FAILED
             cause = error.splitlines()[0][:200] if error else ""
             log.warning("callback for request %s gave up after %d attempt(s): %s", request_id, attempt, cause)
-            metrics.CALLBACKS.labels("gave_up").inc()
+            uow.after_commit(metrics.CALLBACKS.labels("gave_up").inc)
             _audit(uow, request, "callback.failed", {"attempts": attempt, "error": error})
         else:
             delay, again = rt.settings.callback_backoff_seconds * 2 ** (attempt - 1), attempt + 1

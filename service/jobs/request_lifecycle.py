@@ -70,7 +70,8 @@ def fail_request(
     uow: UnitOfWork, model_id: int, request: DeletionRequest, reason: str, claimed_at: Any = None
 ) -> None:
     """The request failed for ``reason`` (kept :func:`reason_at_rest`): its subjects are dropped, its
-    callback queued. ``claimed_at``: recorded as its ``applying`` state."""
+    callback queued; counted as failed once ``uow`` commits. ``claimed_at``: recorded as its ``applying``
+    state."""
     now = utcnow()
     reason = reason_at_rest(uow, model_id, request, reason)
     request.state = RequestState.FAILED
@@ -86,7 +87,7 @@ def fail_request(
     if request.callback_url:
         request.callback_state = CallbackState.PENDING
         uow.outbox.add("deliver_callback", {"request_id": request.id, "attempt": 1})
-    metrics.DELETIONS_FAILED.inc()
+    uow.after_commit(metrics.DELETIONS_FAILED.inc)
 
 
 UNNAMED = "<a subject of the request>"

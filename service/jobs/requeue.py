@@ -31,12 +31,13 @@ DISK_FULL_RETRY_SECONDS = 30.0  # a job that could not write waits this long bef
 @dataclass
 class Run:
     """One run of a training (``kind`` INITIAL) or retrain ("retrain") job: ``started_at`` is set once the
-    job claimed the model, ``reason`` is a retrain's."""
+    job claimed the model, ``reason`` is a retrain's, ``low_quality`` whether its fit was flagged."""
 
     kind: str
     model_id: int
     started_at: datetime | None = None
     reason: str | None = None
+    low_quality: bool = False
 
     def retry_later(self, rt: RequeueContext, exc: BaseException) -> None:
         """Put the model back as it was before this run claimed it with its job queued (after a full disk:

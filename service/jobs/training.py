@@ -8,7 +8,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
+from functools import partial
 from typing import Any
+
+from prometheus_client import Counter
 
 from service import metrics
 from service.audit.service import model_chain
@@ -57,13 +60,21 @@ def _fit(
     return state, certificate, sample_count(dataset)
 
 
-def _quality(state: MethodState, kind: str) -> QualityReport | None:
-    """The fit's held-out quality report (table models), counted when flagged."""
+def _quality(state: MethodState, run: Run) -> QualityReport | None:
+    """The fit's held-out quality report (table models); a flagged one is logged and noted on ``run``."""
     report = QualityReport.from_dict(state.accounting.get("quality"))
+    run.low_quality = report is not None and report.flagged
     if report is not None and report.flagged:
-        metrics.LOW_QUALITY.labels(kind).inc()
-        log.warning("a %s fitted a model no better than the majority class: %s", kind, report.note)
+        log.warning("a %s fitted a model no better than the majority class: %s", run.kind, report.note)
     return report
+
+
+def _count(run: Run, outcome: Counter) -> None:
+    """Count how ``run`` ended (``outcome``: its child of ``lethe_trainings_total``), and its fit if of low
+    quality; called once the outcome is committed, so a run rolled back, or run again, counts once."""
+    outcome.inc()
+    if run.low_quality:
+        metrics.LOW_QUALITY.labels(run.kind).inc()
 
 
 def _release(
@@ -83,7 +94,7 @@ def _release(
         except Exception as exc:  # any other failure is the model's error, never a crash loop
             if is_transient(exc):
                 raise  # the job runs again (Run.retry_later)
-            (_fail_training if initial else _fail_retrain)(rt, model_id, exc)
+            (_fail_training if initial else _fail_retrain)(rt, run, exc)
             return None
         version_id = record(release)
         if version_id is None:
@@ -94,7 +105,7 @@ def _release(
     version_id = rewrite_if_collected(attempt, job=job, detail=f"of model {model_id}")
     if version_id is None:
         return
-    metrics.TRAININGS.labels(run.kind, "ok").inc()
+    _count(run, metrics.TRAININGS.labels(run.kind, "ok"))  # record committed the version
     metrics.TRAINING_SECONDS.labels(run.kind).observe(time.perf_counter() - started)
     finish(rt, model_id, version_id)
     refresh_planner_statistics(rt)
@@ -137,8 +148,8 @@ def _requeue_if_transient(rt: TrainingContext, run: Run, job: Callable[[], None]
 
 
 def _failure(kind: str, model_id: int, exc: BaseException, failed: str) -> str | None:
-    """Why the (re)training failed (``failed``: "training failed" or "retraining failed"), logged and
-    counted; None when the model was deleted meanwhile."""
+    """Why the (re)training failed (``failed``: "training failed" or "retraining failed"), logged; None
+    when the model was deleted meanwhile (counted as canceled: no transaction records it)."""
     if isinstance(exc, JobCanceled):
         log.info("the %s of model %s stopped: the model was deleted", kind, model_id)
         metrics.TRAININGS.labels(kind, "canceled").inc()
@@ -150,7 +161,6 @@ def _failure(kind: str, model_id: int, exc: BaseException, failed: str) -> str |
     else:
         reason = f"{failed}: {short_cause(exc)}"
         log.error("%s of model %s failed", what, model_id, exc_info=exc)
-    metrics.TRAININGS.labels(kind, "failed").inc()
     return reason
 
 
@@ -183,13 +193,13 @@ def _train(rt: TrainingContext, run: Run) -> None:
         if training is None:
             raise UnlearningError("the model's training data is empty")
         state, certificate, size = _fit(rt, model, training, int(model.seed))
-        problem = quality_problem(_quality(state, INITIAL), model.config.get("min_quality"))
+        problem = quality_problem(_quality(state, run), model.config.get("min_quality"))
         if problem:
             raise UnlearningError(problem)
     except Exception as exc:  # any other failure is the model's error, never a crash loop
         if is_transient(exc):
             raise
-        _fail_training(rt, model_id, exc)
+        _fail_training(rt, run, exc)
         return
     max_buckets = rt.settings.max_buckets
     _release(
@@ -228,9 +238,11 @@ def _record_training(
         return _serve(rt, uow, model, version, release)
 
 
-def _fail_training(rt: TrainingContext, model_id: int, exc: BaseException) -> None:
-    """The model cannot serve: record why, and fail the deletions waiting for it (nothing to apply them to)."""
-    reason = _failure(INITIAL, model_id, exc, "training failed")
+def _fail_training(rt: TrainingContext, run: Run, exc: BaseException) -> None:
+    """The model cannot serve: record why, and fail the deletions waiting for it (nothing to apply them to);
+    counted once committed (not when the model was deleted meanwhile)."""
+    model_id = run.model_id
+    reason = _failure(run.kind, model_id, exc, "training failed")
     if reason is None:
         return
     with rt.uow() as uow:
@@ -240,6 +252,7 @@ def _fail_training(rt: TrainingContext, model_id: int, exc: BaseException) -> No
         model.status = model.phase = ModelState.FAILED
         model.error, model.finished_at = reason, utcnow()
         model.eta_seconds = None
+        uow.after_commit(partial(_count, run, metrics.TRAININGS.labels(run.kind, "failed")))
         uow.audit.append(
             model_chain(model_id), "training.failed", model_id=model_id, payload={"reason": reason}
         )
@@ -315,11 +328,11 @@ def _retrain(rt: TrainingContext, run: Run, reason: str | None) -> None:
         if not remaining["buckets"]:
             raise UnlearningError("these deletions would leave no training data: nothing to retrain on")
         state, certificate, size = _fit(rt, model, remaining, derive_seed(model.seed, "retrain", epoch))
-        _quality(state, "retrain")  # a retrain is never failed for its quality: the deletions must go through
+        _quality(state, run)  # a retrain is never failed for its quality: the deletions must go through
     except Exception as exc:  # any other failure fails the waiting requests
         if is_transient(exc):
             raise
-        _fail_retrain(rt, model_id, exc)
+        _fail_retrain(rt, run, exc)
         return
     max_buckets = rt.settings.max_buckets
     written_before_fit = iter([remaining])  # serves the first attempt only
@@ -414,9 +427,10 @@ def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:
     return None
 
 
-def _fail_retrain(rt: TrainingContext, model_id: int, exc: BaseException) -> None:
-    """The old version keeps serving; the waiting requests fail with the reason."""
-    reason = _failure("retrain", model_id, exc, "retraining failed")
+def _fail_retrain(rt: TrainingContext, run: Run, exc: BaseException) -> None:
+    """The old version keeps serving; the waiting requests fail with the reason (counted once committed)."""
+    model_id = run.model_id
+    reason = _failure(run.kind, model_id, exc, "retraining failed")
     if reason is None:
         return
     with rt.uow() as uow:
@@ -428,6 +442,7 @@ def _fail_retrain(rt: TrainingContext, model_id: int, exc: BaseException) -> Non
             fail_request(uow, model_id, request, reason)
         _ready(model)
         model.error = reason
+        uow.after_commit(partial(_count, run, metrics.TRAININGS.labels(run.kind, "failed")))
         uow.audit.append(
             model_chain(model_id), "retrain.failed", model_id=model_id, payload={"reason": reason}
         )

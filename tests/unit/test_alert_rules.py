@@ -3,24 +3,21 @@ the rule and target files it names) and passes the rules' unit tests (``ops/aler
 targets are the metrics ports the launcher gives the compose worker; compose mounts every file the config
 names beside it.
 
-``promtool`` is the one from PATH, else the one ``make install`` unpacks into the virtualenv's ``bin``.
-Without it the promtool tests skip, saying why, unless ``CI`` is set on a machine whose apt knows the
-``prometheus`` package: there ``make install`` could have installed it, so they fail.
+``promtool``: see :mod:`tests.prometheus_tools` (skipped where it cannot be installed, failed under CI
+where it could).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.prometheus_tools import prometheus_tool
 from workers.launcher import plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,26 +25,9 @@ OPS = ROOT / "ops"
 _IN_CONTAINER = Path("/etc/prometheus")  # where docker-compose mounts the config and its files
 
 
-def _apt_knows_prometheus() -> bool:
-    """True when this machine's apt has a ``prometheus`` package to take ``promtool`` from."""
-    if shutil.which("apt-cache") is None:
-        return False
-    shown = subprocess.run(
-        ["apt-cache", "show", "prometheus"], check=False, capture_output=True, text=True, timeout=60
-    )
-    return shown.returncode == 0 and "Package: prometheus" in shown.stdout
-
-
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    """The ``promtool`` to run (see the module docstring for when it skips or fails instead)."""
-    beside = Path(sys.executable).parent / "promtool"
-    found = shutil.which("promtool") or (str(beside) if beside.is_file() else None)
-    if found:
-        return found
-    if os.environ.get("CI") and _apt_knows_prometheus():
-        pytest.fail("promtool is missing though apt has the prometheus package: run `make install`")
-    pytest.skip("promtool not found (make install unpacks it from Debian's prometheus package; needs apt)")
+    return prometheus_tool("promtool")
 
 
 def _run(promtool: str, *args: str) -> str:
