@@ -7,6 +7,11 @@
 With the logistic regression it also measures certified releases by the gradient residual against the
 exact minimiser (bench.hf_certified), on R1 and on 8,000 MNIST rows: the JSON's ``certified`` object.
 
+Side by side, the vectors kept in each ``vector_dtype`` (float32, float16, bfloat16): the distance to the
+replay retrain of the method's own forget at every rate, its ratio to float32's, and the bytes of the
+vectors and of the state in the hot store (written by service.storage.hot on its in-process stand-in):
+the JSON's ``vector_dtype`` object.
+
 R1 (digest 002, section 8): n = 1,000 training and 400 test images drawn disjointly (seeded) from the
 official MNIST 10k file, 15 epochs, batch 32, eta 0.05, L2 0.5, decay 0.995 per step, batch-gradient
 clipping at 5. Deletion sets are seeded random samples at 1, 5, 20 and 30%. Every figure is measured in
@@ -35,6 +40,7 @@ from unlearning.data import Dataset, mnist_subsets
 from unlearning.device import default_device
 from unlearning.errors import UnlearningError
 from unlearning.methods.hessian_free import HessianFree, model_spec_for, sgd_config, state_from_record
+from unlearning.methods.hessian_free.precision import VECTOR_DTYPES
 from unlearning.methods.protocol import ForgetRequest, PrivacyTarget
 from unlearning.models import build_model
 from unlearning.privacy.gaussian import calibrate_sigma
@@ -82,6 +88,51 @@ def _unlearn_timing(
             "per_request_s": sequential / len(ids)}
 
 
+def _hot_store_bytes(state: Any) -> int:
+    """The key, field and value bytes the service writes to Redis for ``state`` (serving entry, vectors,
+    owners, per-owner sums), on the in-process stand-in of embedded mode."""
+    from service.storage.hot import HotStore, connect
+
+    hot = HotStore(connect(None), "bench")
+    snapshot = state.statistics.export()
+    hot.set_serving(1, 1, 1, state.model.to_dict(), state.released_weights)
+    hot.load_stats(1, 1, snapshot.sample_ids, snapshot.owner_ids, snapshot.vectors)
+    total = 0
+    for key in hot.client.scan_iter(hot.key(1, "*")):
+        total += len(key) + sum(len(f) + len(v) for f, v in hot.client.hgetall(key).items())
+    return total
+
+
+def _vector_dtypes(train: Dataset, spec: Any, record: Any, config: dict[str, Any],
+                   deletions: dict[float, list[str]], replays: dict[float, torch.Tensor]) -> dict[str, Any]:
+    """Per ``vector_dtype``: distances to the replay retrain of a batched forget at each rate through the
+    method (vectors rounded to the dtype, summed in float32; audited, so no noise), their ratio to
+    float32's, the distance to float32's forget (the rounding's own effect), and the bytes of the vectors
+    and of the state in the hot store, with their ratio."""
+    method = HessianFree()
+    out: dict[str, Any] = {}
+    released: dict[tuple[str, float], torch.Tensor] = {}
+    for name in VECTOR_DTYPES:
+        kept = {**config, "vector_dtype": name}
+        distance, rounding = {}, {}
+        for rate, ids in deletions.items():
+            forgot = method.forget(state_from_record(train, spec, record, kept), ForgetRequest(sample_ids=tuple(ids)),
+                                   0, AUDITED)
+            w = released[name, rate] = forgot.state.released_weights.to(replays[rate].device, replays[rate].dtype)
+            distance[str(rate)] = float((w - replays[rate]).norm())
+            rounding[str(rate)] = float((w - released["float32", rate]).norm())
+        state = state_from_record(train, spec, record, kept)
+        assert state.statistics is not None
+        out[name] = {"distance": distance, "distance_to_float32": rounding,
+                     "vector_bytes": int(state.statistics.export().vectors.nbytes),
+                     "hot_store_bytes": _hot_store_bytes(state)}
+    base = out["float32"]
+    for figures in out.values():
+        figures["distance_ratio"] = {k: v / base["distance"][k] for k, v in figures["distance"].items()}
+        figures["hot_store_ratio"] = figures["hot_store_bytes"] / base["hot_store_bytes"]
+    return out
+
+
 def _baseline(cls: type[NewtonStep | InfluenceJackknife], model: Any, train: Dataset, w: torch.Tensor,
               l2: float, ids: Sequence[str], replay: torch.Tensor) -> dict[str, Any]:
     try:
@@ -120,9 +171,10 @@ def run(model_name: str, quick: bool, seed: int, baselines: bool) -> dict[str, A
     results: dict[str, Any] = {"distance": {}, "distance_original": {}, "accuracy_unlearned": {},
                                "accuracy_replay_retrain": {}, "correlation": {}, "mia_auc": {}}
     replays: dict[float, torch.Tensor] = {}
+    deletions: dict[float, list[str]] = {}
     retrain_times = []
     for rate in RATES:
-        ids = _deletion_set(train, rate, seed)
+        ids = deletions[rate] = _deletion_set(train, rate, seed)
         rows = torch.as_tensor(train.indices_of(ids), device=record.vectors.device)
         replay, replay_s = _timed(partial(replay_retrain, model, train, record, ids))
         retrain_times.append(replay_s)
@@ -139,6 +191,7 @@ def run(model_name: str, quick: bool, seed: int, baselines: bool) -> dict[str, A
             for name, w in (("original", record.weights), ("unlearned", unlearned), ("replay_retrain", replay))
         }
 
+    precision = _vector_dtypes(train, spec, record, config, deletions, replays)
     app_ids = _deletion_set(train, 0.2, seed)  # the paper's application: 20% deleted one by one
     remaining = train.without(app_ids)
     scratch, retrain_s = _timed(lambda: retrain_from_scratch(model, remaining, cfg, seed + 1, device=device))
@@ -200,6 +253,7 @@ def run(model_name: str, quick: bool, seed: int, baselines: bool) -> dict[str, A
         "threads": torch.get_num_threads(),
         "host": platform.processor() or platform.machine(),
         "certified": residual,
+        "vector_dtype": precision,
     }
 
 
@@ -227,6 +281,12 @@ def _print_table(r: dict[str, Any]) -> None:
                   f"precompute {b['precompute_s']:.2f} s")
         else:
             print(f"  {name.upper()}: {b.get('error') or b.get('skipped')}")
+    print("  vector dtype: distance to replay retrain at each rate (ratio to float32; distance to float32's "
+          "forget) | hot-store bytes (ratio)")
+    for name, p in r["vector_dtype"].items():
+        rates = "  ".join(f"{p['distance'][k]:.5f} ({p['distance_ratio'][k]:.4f}; {p['distance_to_float32'][k]:.1e})"
+                          for k in p["distance"])
+        print(f"  {name:>8}: {rates} | {p['hot_store_bytes']:,} ({p['hot_store_ratio']:.3f})")
     if "r1" in r["certified"]:
         hf_certified.print_table(r["certified"])
 

@@ -166,10 +166,6 @@ def _error(
     )
 
 
-def _is_json(media_type: str) -> bool:
-    return media_type == "application/json" or media_type.endswith("+json")
-
-
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -184,7 +180,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         sent = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if sent and not _is_json(sent) and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in errors):
+        json = sent == "application/json" or sent.endswith("+json")
+        if sent and not json and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in errors):
             # a body not declared JSON is left unparsed, then "not a valid dictionary": say what to send
             message = f"the body was sent as {sent}: send JSON with Content-Type: application/json"
             return _error(415, "unsupported_media_type", message)
@@ -213,7 +210,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _error(exc.status_code, code, message, headers or None)
 
     async def platform_error(request: Request, exc: Exception) -> JSONResponse:
-        return _platform_fault(request, exc) or _internal(request, exc)
+        if (fault := _platform_fault(request, exc)) is not None:
+            return fault
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return _error(500, "internal", "an unexpected error occurred; it has been logged")
 
     # Registered by class, so that the answer is final (the catch-all below answers, then re-raises).
     for kind in _PLATFORM_ERRORS:
@@ -221,15 +221,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, platform_error)
 
 
-def _internal(request: Request, exc: Exception) -> JSONResponse:
-    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _error(500, "internal", "an unexpected error occurred; it has been logged")
-
-
 def _platform_fault(request: Request, exc: BaseException) -> JSONResponse | None:
-    """503 for a fault of the platform, not of the request: ``storage_full`` (:func:`_storage_full`) or
-    ``backend_unavailable`` (a dropped database, Redis or broker connection: the transaction rolled back
-    or its commit is unknown, and the same Idempotency-Key makes the retry safe); None for others."""
+    """503 ``storage_full`` or ``backend_unavailable`` for a fault of the platform, not of the request."""
     full = _storage_full(request, exc)
     if full is not None or not is_transient(exc):
         return full
@@ -239,8 +232,7 @@ def _platform_fault(request: Request, exc: BaseException) -> JSONResponse | None
 
 
 def _storage_full(request: Request, exc: BaseException) -> JSONResponse | None:
-    """503 ``storage_full`` (with ``Retry-After``) for a write the disk refused: the work is not recorded
-    (blobs are written before the commit) and can be sent again once space is back; None for others."""
+    """503 ``storage_full`` (``Retry-After``) for a write the disk refused (nothing recorded), else None."""
     full = disk_full(exc)
     if full is None:
         return None
@@ -269,8 +261,7 @@ class _HttpMiddleware:
 
 
 class RequestIdMiddleware(_HttpMiddleware):
-    """``X-Request-ID``: the client's (when a plain token) or a new one; echoed on the answer and the
-    context of every line logged while the request is handled (and of the jobs it queues)."""
+    """``X-Request-ID`` (the client's plain token, or a new one): echoed, and the context of its log lines."""
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         sent = dict(scope["headers"]).get(logs.REQUEST_ID_HEADER.lower().encode())

@@ -1,6 +1,4 @@
-"""Where a deletion's callback may be POSTed (against SSRF): a globally reachable address or one in
-``LETHE_CALLBACK_ALLOWED_NETWORKS``; at submission IP literals and ``localhost`` are checked, at delivery
-the host is resolved once and the POST pinned to the first allowed address (no DNS rebinding)."""
+"""Where a callback may be POSTed (against SSRF): a global address, or one in the allowed networks."""
 
 from __future__ import annotations
 
@@ -84,8 +82,7 @@ def system_resolver(host: str, port: int) -> list[str]:
 
 
 def resolve(url: str, allowed: Sequence[Network], resolver: Resolver | None = None) -> Target:
-    """Where to POST ``url``: the first address its host resolves to that callbacks may reach. Raises
-    :class:`CallbackRefused` if none may, ``OSError`` if the name does not resolve."""
+    """Where to POST ``url``: its host's first allowed address (:class:`CallbackRefused`: none; OSError)."""
     parsed = httpx.URL(url)
     host = parsed.raw_host.decode("ascii").strip("[]")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)

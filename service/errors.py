@@ -1,8 +1,4 @@
-"""Errors the API answers with, and how core-library errors map onto them.
-
-Every error response has the body ``{"error": {"code": ..., "message": ...}}``; the message says what
-to change so that the request succeeds.
-"""
+"""Errors the API answers with (``{"error": {"code", "message"}}``), core-library errors mapped to them."""
 
 from __future__ import annotations
 
@@ -83,8 +79,7 @@ class StorageFull(ApiError):
 
 
 class BackendUnavailable(ApiError):
-    """The database, Redis or the broker dropped or refused the request's connection: the transaction
-    rolled back (or its commit is unknown); the client sends it again, with the same Idempotency-Key."""
+    """The database, Redis or the broker dropped the connection: the client retries with the same key."""
 
     status, code = 503, "backend_unavailable"
     RETRY_AFTER_SECONDS = 1
@@ -98,14 +93,11 @@ class BackendUnavailable(ApiError):
 
 
 def from_unlearning_error(exc: UnlearningError) -> ApiError:
-    """Map a core-library error (always the caller's input) to a 4xx: an id already forgotten conflicts
-    with the resource's state (409); anything else is input the service cannot process as given (422)."""
+    """A core-library error (the caller's input) as a 4xx: 409 for an id already forgotten, else 422."""
     if isinstance(exc, AlreadyDeletedError):
         return Conflict(str(exc), code="already_forgotten")
     if isinstance(exc, UnknownSampleError):
         return Unprocessable(str(exc), code="unknown_subject")
-    return Unprocessable(str(exc), code=_snake(type(exc).__name__.removesuffix("Error")))
-
-
-def _snake(name: str) -> str:
-    return "".join(f"_{ch}" if ch.isupper() and i else ch for i, ch in enumerate(name)).lower()
+    name = type(exc).__name__.removesuffix("Error")
+    code = "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(name)).lower()  # snake_case
+    return Unprocessable(str(exc), code=code)

@@ -1,5 +1,4 @@
-"""Which failures are faults of the platform (retried, never the request's failure: :func:`is_transient`)
-and how to name one safely at rest (:func:`short_cause`)."""
+"""Which failures are the platform's (:func:`is_transient`); naming one at rest (:func:`short_cause`)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ MAX_CAUSE_CHARS = 160
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 TRANSIENT_ERRNOS = DISK_FULL_ERRNOS | {errno.EIO, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED}
 
-# SQLSTATEs worth a retry: 08 connection, 53 insufficient resources, serialization failure, deadlock, lock
-# not available, and the server shutting down.
+# SQLSTATEs worth a retry: connection, resources, serialization, deadlock, lock not available, shutdown
 _TRANSIENT_SQLSTATE_CLASSES = ("08", "53")
 _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03"})
 
@@ -76,9 +74,7 @@ def _transient_here(exc: BaseException) -> bool:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc``, or an error in its chain, is a dropped or refused connection (database, Redis,
-    broker), a serialization failure or deadlock, a server shutting down or out of resources, a full disk
-    or failing device, or a hot store flushed under an update: a later attempt can get past it."""
+    """Whether ``exc`` or an error in its chain is a fault a later attempt can get past."""
     return any(_transient_here(e) for e in _chain(exc))
 
 

@@ -1,13 +1,26 @@
 """The deployment's limits on one training job (docs/decisions.md, "Job estimates"): a registration whose
-estimate exceeds them is refused; every training job runs under :meth:`JobLimits.time_limit`."""
+estimate exceeds them (memory, single-core time, or the trained state's bytes in the hot store) is refused;
+every training job runs under :meth:`JobLimits.time_limit`.
+
+``python -m service.job_limits`` prints docs/service.md's table of where each table method is practical
+under the default limits, from the estimates (tests/unit/test_practical_table.py keeps the two equal)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from service.errors import Unprocessable
 from service.settings import Settings
-from unlearning.methods.job_estimate import JobEstimate
+from unlearning.methods.job_estimate import DataShape, JobEstimate
+
+_JOB_ADVICE = "use fewer epochs or steps, a smaller model, or fewer classes or rows"
+_HOT_STORE_ADVICE = (
+    "to hold less in the hot store, train on fewer rows, keep the per-sample vectors in half precision "
+    "(hyperparameter vector_dtype 'float16' or 'bfloat16': half the bytes), or choose a method without "
+    "per-sample vectors (GET /v1/methods)"
+)
 
 
 @dataclass(frozen=True)
@@ -16,6 +29,7 @@ class JobLimits:
     max_seconds: float
     time_factor: float
     grace_seconds: float
+    max_hot_store_bytes: int = 4096 * 2**20
 
     @classmethod
     def of(cls, settings: Settings) -> JobLimits:
@@ -24,22 +38,117 @@ class JobLimits:
             max_seconds=settings.max_job_seconds,
             time_factor=settings.job_time_factor,
             grace_seconds=settings.job_time_grace_seconds,
+            max_hot_store_bytes=settings.max_hot_store_mb * 2**20,
         )
 
+    @classmethod
+    def defaults(cls) -> JobLimits:
+        """The limits of a deployment that sets none of them."""
+        return cls.of(Settings.model_construct())
+
+    def exceeded(self, estimate: JobEstimate) -> tuple[str, ...]:
+        """The limits ``estimate`` is over, of ``memory``, ``time`` and ``hot store``."""
+        over = (
+            ("memory", estimate.memory_bytes > self.max_memory_bytes),
+            ("time", estimate.seconds > self.max_seconds),
+            ("hot store", estimate.hot_store_bytes > self.max_hot_store_bytes),
+        )
+        return tuple(name for name, is_over in over if is_over)
+
     def check(self, estimate: JobEstimate) -> None:
-        """422 ``job_too_large`` when ``estimate`` exceeds either limit, naming the estimate and the limit."""
-        over = []
-        if estimate.memory_bytes > self.max_memory_bytes:
+        """422 ``job_too_large`` when ``estimate`` exceeds any limit, naming the estimate, the limits it
+        exceeds and what to change."""
+        exceeded = self.exceeded(estimate)
+        over, advice = [], []
+        if "memory" in exceeded:
             over.append(f"LETHE_MAX_JOB_MEMORY_MB is {self.max_memory_bytes // 2**20:,}")
-        if estimate.seconds > self.max_seconds:
+        if "time" in exceeded:
             over.append(f"LETHE_MAX_JOB_SECONDS is {self.max_seconds:,.0f}")
+        if over:
+            advice.append(_JOB_ADVICE)
+        if "hot store" in exceeded:
+            over.append(
+                f"its state would take {estimate.hot_store_bytes / 2**20:,.1f} MiB of the hot store, "
+                f"LETHE_MAX_HOT_STORE_MB is {self.max_hot_store_bytes // 2**20:,}"
+            )
+            advice.append(_HOT_STORE_ADVICE)
         if over:
             raise Unprocessable(
                 f"training this model would need {estimate.describe()}, over this deployment's limit "
-                f"({'; '.join(over)}): use fewer epochs or steps, a smaller model, or fewer classes or rows",
+                f"({'; '.join(over)}): {'; '.join(advice)}",
                 code="job_too_large",
             )
 
     def time_limit(self, estimate: JobEstimate) -> float:
         """The seconds a job of ``estimate`` may run: ``min(max, grace + factor * estimate)``."""
         return min(self.max_seconds, self.grace_seconds + self.time_factor * estimate.seconds)
+
+
+# ------------------------------------------------------------------------- where each method is practical
+
+PRACTICAL_SHAPES = ((54, 7), (784, 10))  # features, classes: a covertype-like table and an MNIST-like one
+PRACTICAL_ROWS = (1_000, 10_000, 100_000, 1_000_000)
+PRACTICAL_METHODS: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("hessian_free", {}),
+    ("hessian_free", {"vector_dtype": "float16"}),
+    ("mini_unlearning", {}),
+    ("langevin", {}),
+    ("newton_removal", {}),
+)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.0f} d"
+
+
+def _size(nbytes: float) -> str:
+    if nbytes < 2**20:
+        return f"{nbytes / 2**10:,.0f} KiB"
+    if nbytes < 10 * 2**30:
+        return f"{nbytes / 2**20:,.0f} MiB"
+    return f"{nbytes / 2**30:,.0f} GiB"
+
+
+def practical_table(
+    limits: JobLimits | None = None,
+    shapes: Sequence[tuple[int, int]] = PRACTICAL_SHAPES,
+    rows: Sequence[int] = PRACTICAL_ROWS,
+) -> str:
+    """Markdown tables, one per (features, classes) shape: for each row count and table method (default
+    hyperparameters, the registration's view: one owner per row), the estimated single-core fit time and
+    hot-store size, and the limits of ``limits`` (the defaults) a registration would be refused for."""
+    from unlearning.methods.registry import get_method
+
+    limits = limits or JobLimits.defaults()
+    names = [
+        name + (f" ({config['vector_dtype']} vectors)" if config else "")
+        for name, config in PRACTICAL_METHODS
+    ]
+    out: list[str] = []
+    for features, classes in shapes:
+        out += [
+            f"{features} features, {classes} classes:",
+            "",
+            "| rows | " + " | ".join(names) + " |",
+            "|---" * (len(names) + 1) + "|",
+        ]
+        for n in rows:
+            cells = []
+            for name, config in PRACTICAL_METHODS:
+                estimate = get_method(name).estimate_job(config, DataShape(n, features, classes))
+                cell = f"{_duration(estimate.seconds)}, {_size(estimate.hot_store_bytes)}"
+                over = limits.exceeded(estimate)
+                cells.append(f"refused ({', '.join(over)}): {cell}" if over else cell)
+            out.append(f"| {n:,} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(practical_table(), end="")

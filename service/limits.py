@@ -1,5 +1,4 @@
-"""ASGI middleware answering 413 to a request body over ``LETHE_MAX_REQUEST_BYTES`` (from its
-``Content-Length``, or as a chunked body passes it); ``POST /v1/datasets`` is exempt."""
+"""ASGI middleware: 413 for a body over ``LETHE_MAX_REQUEST_BYTES`` (``POST /v1/datasets`` exempt)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Log lines that follow one request from the API to the worker: the ``X-Request-ID`` (accepted or made by
-the API, carried in the job's payload) and the job's model are context of every line logged while they
-apply; ``LETHE_LOG_FORMAT=json`` writes one JSON object per line instead of text."""
+"""Log lines that follow a request from the API to the worker (``X-Request-ID``), as text or JSON."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s%(context)s"
 
 
 def request_id_from(header: str | None) -> str:
-    """The client's ``X-Request-ID`` when it is a plain token (1-128 of ``A-Z a-z 0-9 . _ : @ / + = -``),
-    else a new random one: a header is echoed and logged, so nothing else from it is kept."""
+    """The client's ``X-Request-ID`` when a plain token (it is echoed and logged), else a new random one."""
     return header if header is not None and _VALID_ID.match(header) else uuid.uuid4().hex
 
 
@@ -44,8 +41,7 @@ def log_context(**fields: Any) -> Iterator[None]:
 
 
 class ContextFilter(logging.Filter):
-    """Puts the context on each record: ``record.context`` (`` [k=v ...]`` or empty, for the text format)
-    and ``record.lethe`` (the dict, for the JSON format)."""
+    """Puts the context on each record: ``record.context`` (text format), ``record.lethe`` (JSON format)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         context = _CONTEXT.get() or {}
@@ -82,8 +78,7 @@ class ContextSuffix(logging.Formatter):
 
 
 def install_beside(handler: logging.Handler, fmt: str) -> None:
-    """Like :func:`install` on a handler another library configured: its text format stays, the context
-    is appended; ``json`` replaces it."""
+    """:func:`install` on another library's handler: the context appended to its text format (or json)."""
     if any(isinstance(f, ContextFilter) for f in handler.filters):
         return  # the root's handler, met again through another logger
     handler.addFilter(ContextFilter())

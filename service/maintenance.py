@@ -1,6 +1,4 @@
-"""Scheduled maintenance, run by a daemon thread in every process and safe in each at any time (outbox
-dedupe keys): :func:`reconcile` re-queues lost or dead work and finishes what a dead process left half
-done; :func:`purge_expired` drops expired keys and old outbox rows; :func:`sweep_orphans` unheld blobs."""
+"""Scheduled maintenance in every process (safe in each at any time): reconcile, purge, sweep orphans."""
 
 from __future__ import annotations
 
@@ -10,14 +8,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Protocol
 
 from service import metrics
 from service.db.base import utcnow
 from service.jobs.completion import finish_stalled
-from service.models.retirement import WAITING, RetirementContext, erase_retired
+from service.jobs.context import UpdateContext
+from service.models.retirement import WAITING, erase_retired
 from service.periodic import RepeatingPass
-from service.settings import Settings
 from service.states import ModelState, RequestState
 from service.uow import UnitOfWork
 
@@ -26,23 +23,15 @@ log = logging.getLogger(__name__)
 _PRUNE_SECONDS = 5.0  # how often expired values leave the blob cache (service.jobs.state.BlobCache)
 
 
-class MaintenanceContext(RetirementContext, Protocol):
-    """What maintenance uses of the process's runtime."""
-
-    @property
-    def settings(self) -> Settings: ...
-
-
-def reconcile(rt: MaintenanceContext) -> None:
+def reconcile(rt: UpdateContext) -> None:
     """Re-queue stalled work and finish what a dead process left half done."""
     now = utcnow()
     settled = now - timedelta(seconds=rt.settings.reconcile_after_seconds)
     stale = now - timedelta(seconds=rt.settings.stale_job_seconds)
     silent = now - timedelta(seconds=rt.settings.job_heartbeat_timeout_seconds)
     with rt.uow() as uow:
-        # queued deletions of a ready model (a no-op if in hand); trainings and retrains no job has claimed
-        # (their message may have died with a worker) after stale_job_seconds, each re-sent at most that
-        # often (updated_at marks the re-send), and those whose heartbeat stopped (service.jobs.heartbeat)
+        # queued deletions of a ready model; unclaimed jobs (re-sent at most every stale_job_seconds) and
+        # those whose heartbeat stopped
         for model_id in uow.models.models_with_requests(
             [RequestState.QUEUED], before=settled, model_status=ModelState.READY
         ):
@@ -74,7 +63,7 @@ def purge_expired(uow: UnitOfWork) -> None:
     uow.outbox.purge_dispatched(now - timedelta(days=1))
 
 
-def sweep_orphans(rt: MaintenanceContext) -> list[str]:
+def sweep_orphans(rt: UpdateContext) -> list[str]:
     """Delete and return the unheld blobs not put for ``orphan_grace_seconds``."""
 
     @contextmanager
@@ -108,7 +97,7 @@ class _Every:
 class Maintenance:
     """The daemon thread that runs the repairs on their schedules."""
 
-    def __init__(self, rt: MaintenanceContext) -> None:
+    def __init__(self, rt: UpdateContext) -> None:
         self._rt = rt
         settings = rt.settings
         self._schedule = [

@@ -1,5 +1,4 @@
-"""A daemon thread running one pass every interval (or at once when woken); a failing pass logs its
-traceback once per kind of failure, then one line per pass, and one line on recovery."""
+"""A daemon thread running one pass every interval (or when woken), logging each kind of failure once."""
 
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ class RepeatingPass:
         self._last_failure: str | None = None
 
     def wake(self) -> None:
-        """Run the next pass now instead of at the end of the interval."""
         self._wake.set()
 
     def start(self) -> None:

@@ -1,5 +1,4 @@
-"""The two ways work leaves the outbox: Celery (production) or an in-process worker (embedded mode), each
-job in its lane (:data:`LANE_OF_TASK`) so that a long training never delays an update or a callback."""
+"""Celery (production) or in-process (embedded) queues, each job in its lane (:data:`LANE_OF_TASK`)."""
 
 from __future__ import annotations
 
@@ -30,10 +29,6 @@ class TaskQueue(Protocol):
     def ping(self) -> bool: ...
 
 
-def lane_of(task: str) -> str:
-    return LANE_OF_TASK[task]
-
-
 def celery_queue_name(prefix: str, lane: str) -> str:
     return f"{prefix}.{lane}"
 
@@ -49,9 +44,8 @@ class CeleryQueue:
         self.app.conf.broker_connection_retry_on_startup = True
 
     def send(self, task: str, payload: dict[str, Any]) -> None:
-        self.app.send_task(
-            f"lethe.{task}", kwargs=payload, queue=celery_queue_name(self.prefix, lane_of(task)), retry=False
-        )
+        lane = celery_queue_name(self.prefix, LANE_OF_TASK[task])
+        self.app.send_task(f"lethe.{task}", kwargs=payload, queue=lane, retry=False)
 
     def start(self) -> None: ...  # the broker runs on its own
     def stop(self) -> None: ...
@@ -74,7 +68,7 @@ class InProcessQueue:
         self._threads: list[threading.Thread] = []
 
     def send(self, task: str, payload: dict[str, Any]) -> None:
-        self._queues[lane_of(task)].put((task, payload))
+        self._queues[LANE_OF_TASK[task]].put((task, payload))
 
     def start(self) -> None:
         if self._threads:

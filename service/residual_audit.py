@@ -1,8 +1,5 @@
-"""``python -m service.residual_audit MODEL_ID``: recompute, for an auditor with access to the deployment's
-database and stores, the gradient residual of a certified Hessian-free model's current version on its
-remaining rows (docs/hessian_free.md). Prints one JSON object (the gradient norm, the rounding slack, the
-bound ``(||grad F|| + slack) / l2``, ``sensitivity_cap`` and ``within_cap``); exit status 0 when the bound
-is within the cap, 1 when it is not, 2 when the model has no such version."""
+"""``python -m service.residual_audit MODEL_ID``: the gradient residual of a certified Hessian-free model's
+current version as JSON (docs/hessian_free.md); exit 0 within the cap, 1 over it, 2 no such version."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from service import heap
+from service.cpus import choose_torch_threads
 from service.db.engine import make_engine, make_sessionmaker
 from service.deletions.intake import DeletionIntake
 from service.jobs.heartbeat import job_heartbeat
@@ -124,8 +125,9 @@ class Runtime:
         self._started = True
         if self.settings.auto_migrate and self.role == "api":
             self.migrate()
-        if self.settings.torch_threads:
-            torch.set_num_threads(self.settings.torch_threads)
+        threads, source = choose_torch_threads(self.settings.torch_threads, self.settings.worker_cores)
+        torch.set_num_threads(threads)
+        log.info("torch threads: %d (from %s)", threads, source)
         self.queue.start()
         self.dispatcher.start()
         self.maintenance.start()

@@ -16,9 +16,7 @@ PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
 
 
 def _normalized_id(value: object) -> object:
-    """A subject id as uploads store it: NFC, none of the characters the id rule refuses (a 422 naming the
-    character's code point and position); the same rule as uploads (:func:`unlearning.data.ids.normalize_id`).
-    The message leaves the id itself out: refusals may be kept for idempotent replays."""
+    """A subject id in NFC under the uploads' rule; the message leaves the id out (replays keep it)."""
     if not isinstance(value, str):
         return value  # the str schema refuses it
     try:

@@ -89,10 +89,12 @@ class Settings(BaseSettings):
     worker_metrics_port: int | None = Field(None, ge=1, le=65535)
     worker_liveness_seconds: float = Field(5.0, gt=0)
     torch_threads: int | None = Field(None, ge=1)
+    worker_cores: float | None = Field(None, gt=0)  # set by the worker launcher for each process
     gpus: str | None = None
     worker_concurrency: int = Field(4, ge=1, le=256)
     max_job_memory_mb: int = Field(8192, ge=16)
     max_job_seconds: float = Field(6 * 3600.0, gt=0)
+    max_hot_store_mb: int = Field(4096, ge=1)
     job_time_factor: float = Field(5.0, ge=1)
     job_time_grace_seconds: float = Field(60.0, ge=0)
 

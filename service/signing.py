@@ -1,5 +1,4 @@
-"""Ed25519 signatures over canonical JSON (keys sorted, no whitespace, UTF-8), the form deletion receipts
-are signed in; keys and signatures unpadded base64url."""
+"""Ed25519 signatures over canonical JSON (deletion receipts); keys and signatures unpadded base64url."""
 
 from __future__ import annotations
 

@@ -103,4 +103,3 @@ class VersionKind(StrEnum):
     """An update that forgot a batch of deletion requests within the current budget epoch."""
     RETRAINED = "retrained"
     """A retrain on the remaining data: a new budget epoch."""
-

@@ -1,7 +1,4 @@
-"""Keyed hashes of data subjects, the only form in which a subject outlives its erasure:
-``HMAC-SHA256(key, kind || 0x00 || id)`` with kind ``sample`` or ``owner``; and how text kept at rest
-names subjects (:class:`Redactor`).
-"""
+"""Keyed hashes of data subjects (``HMAC-SHA256(key, kind || 0x00 || id)``), and :class:`Redactor`."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ class SubjectHasher:
 
 
 class HashedIdSet(MutableSet[str]):
-    """A set of sample ids held only as keyed hashes (``MethodState.deleted_ids``): membership, ``add``,
-    ``discard`` and ``len`` are exact; iterating yields hashes."""
+    """Sample ids held only as keyed hashes (``MethodState.deleted_ids``); iterating yields hashes."""
 
     def __init__(
         self,
@@ -78,8 +74,7 @@ HASH_SHOWN = 16  # hex digits of a keyed hash shown where a text names a subject
 
 
 def request_positions(body: Mapping[str, Any]) -> dict[str, str]:
-    """Every id a deletion request body (its JSON form) names -> where it first appears: ``owner_ids[3]``,
-    ``edges[0][1]``; in a bulk body (``items``), ``items[2].sample_ids[0]``."""
+    """Every id a deletion request body names -> where it first appears (``items[2].edges[0][1]``)."""
     out: dict[str, str] = {}
     items = body.get("items")
     for k, item in enumerate(items if isinstance(items, list) else []):
@@ -110,8 +105,7 @@ def hashed_names(hasher: SubjectHasher, owners: Iterable[str], samples: Iterable
 
 
 class Redactor:
-    """Rewrites text kept at rest so that it names no subject in plain: each ``repr``-quoted id becomes its
-    name in ``names`` (a mapping, or a function called once some text has a quote in it)."""
+    """Rewrites text kept at rest: each ``repr``-quoted id becomes its name in ``names`` (or ``names()``)."""
 
     def __init__(self, names: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> None:
         self._names = names

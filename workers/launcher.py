@@ -8,6 +8,19 @@ What runs (:func:`plan`), one process per lane group so that no job waits behind
 - the ``train`` lane (first trainings): one thread-pool process, or on a GPU host one solo process per
   GPU, pinned to it (``CUDA_VISIBLE_DEVICES=<id>``).
 
+Cores (:func:`divide_cores`): the cores the launcher may use (:func:`service.cpus.available_cores`: its
+CPU affinity, capped by a cgroup quota) are divided among the workers, because torch threads beyond the
+cores a process really gets make it slower, not faster (two threads on two cores ran a precompute 3.5
+times slower once another process kept one core busy). The retrain and train workers run the heavy maths:
+they share most of the cores equally, each at least one (a leftover core goes to the retrain worker). The
+updates/io worker gets a quarter of the cores, at least one, and only what leaves the others a core each
+(its deletion updates are vector additions or one Newton solve; its callbacks wait on the network). On two
+cores every worker gets one; the retrain and train workers together run more threads than the host has
+cores only where they outnumber its cores (more GPUs than cores). Each worker's environment names its
+share, ``LETHE_WORKER_CORES``, from which its runtime sets its torch threads (``LETHE_TORCH_THREADS``
+overrides it), and sets ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` to that thread count unless the
+launcher's own environment sets them.
+
 The GPUs are found without initialising, or even probing, CUDA (:func:`visible_gpus`): ``LETHE_GPUS``
 (ids, or ``none``), else ``CUDA_VISIBLE_DEVICES``, else the ``/dev/nvidia<N>`` device files. This
 process never imports torch; each worker imports the core library only when its first job runs.
@@ -17,13 +30,15 @@ running jobs finish). A worker that exits on its own (a crash, a broker connecti
 is started again after a backoff (:class:`RestartPolicy`) while the others keep running; its jobs come back
 through the reconciler and the broker. One that exits more often than the policy allows in a minute stops
 the others and the launcher exits with its status, so the container or service manager takes over.
-``python -m workers --dry-run`` prints the plan as JSON and starts nothing.
+``python -m workers --dry-run`` prints the plan as JSON (each process's command, environment, cores and
+threads) and starts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -38,6 +53,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service import preflight
+from service.cpus import available_cores, torch_threads_for
 from service.queue import celery_queue_name
 from service.settings import Settings, settings_errors
 
@@ -50,15 +66,19 @@ _NO_GPU = {"", "-1", "none", "nodevfiles", "void"}
 _DEVICE_FILE = re.compile(r"nvidia(\d+)")
 _POLL_SECONDS = 0.5
 _STOP_SECONDS = 60.0  # a worker's warm shutdown waits for its running job; then it is killed
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # read by the maths libraries when they load
 
 
 @dataclass(frozen=True)
 class WorkerProcess:
-    """One worker process: its name, its command line and the environment it adds to the launcher's."""
+    """One worker process: its name, its command line and the environment it adds to the launcher's;
+    with a division of the host's cores, its share of them and its torch thread count."""
 
     name: str
     argv: list[str]
     env: dict[str, str]
+    cores: int | None = None
+    threads: int | None = None
 
 
 def visible_gpus(setting: str | None, environ: Mapping[str, str], dev: Path = Path("/dev")) -> list[str]:
@@ -79,6 +99,18 @@ def visible_gpus(setting: str | None, environ: Mapping[str, str], dev: Path = Pa
     return sorted(found, key=int)
 
 
+def divide_cores(cores: float, heavy: int) -> tuple[int, list[int]]:
+    """The whole cores of the updates/io worker and of each of the ``heavy`` (retrain and train) workers
+    on a host with ``cores`` cores: for the first a quarter of the whole cores, no more than the others
+    leave it at one core each, and at least one; the rest shared equally among the others, each at least
+    one, leftover cores going to the first of them."""
+    whole = max(math.floor(cores), 1)
+    light = max(min(whole // 4, whole - heavy), 1)
+    rest = max(whole - light, heavy)
+    each, left = divmod(rest, heavy) if heavy else (0, 0)
+    return light, [each + (i < left) for i in range(heavy)]
+
+
 def plan(
     gpus: Sequence[str],
     *,
@@ -86,10 +118,16 @@ def plan(
     concurrency: int,
     metrics_port: int | None = None,
     celery: str = "celery",
+    cores: float | None = None,
+    torch_threads: int | None = None,
+    environ: Mapping[str, str] = {},
 ) -> list[WorkerProcess]:
     """The worker processes for a host with ``gpus`` (see the module docstring). With ``metrics_port``,
     the i-th process serves its Prometheus metrics on ``metrics_port + i`` (one port each; the CPU
-    worker is the first)."""
+    worker is the first). With ``cores``, the host's cores are divided among them (:func:`divide_cores`):
+    each gets ``LETHE_WORKER_CORES`` and, unless ``environ`` (the launcher's environment) sets them, the
+    OpenMP and MKL thread counts of its torch threads (``torch_threads``, ``LETHE_TORCH_THREADS``, if set,
+    else its share)."""
     off_gpus = {"CUDA_VISIBLE_DEVICES": "", "LETHE_DEVICE": "cpu"}
     # The CPU worker comes first: every host has one, so it always serves on ``metrics_port`` itself.
     cpu = ("cpu", "threads", ["updates", "io"], off_gpus if gpus else {})
@@ -107,12 +145,23 @@ def plan(
             f"LETHE_WORKER_METRICS_PORT {metrics_port}: its {len(shapes)} workers take ports {metrics_port} to "
             f"{metrics_port + len(shapes) - 1}, past 65535; choose a lower port"
         )
+    shares: list[int | None] = [None] * len(shapes)
+    if cores is not None:
+        light, heavy = divide_cores(cores, len(shapes) - 1)
+        shares = [light, *heavy]
     processes = []
-    for i, (name, pool, lanes, env) in enumerate(shapes):
+    for i, ((name, pool, lanes, env), share) in enumerate(zip(shapes, shares, strict=True)):
         queues = [celery_queue_name(queue_prefix, lane) for lane in lanes]
         argv = worker_argv(name, pool=pool, concurrency=concurrency, queues=queues, celery=celery)
         port = {"LETHE_WORKER_METRICS_PORT": str(metrics_port + i)} if metrics_port is not None else {}
-        processes.append(WorkerProcess(name, argv, {**env, **port}))
+        if share is None:
+            processes.append(WorkerProcess(name, argv, {**env, **port}))
+            continue
+        threads = torch_threads or torch_threads_for(share)
+        threading_env = {"LETHE_WORKER_CORES": str(share)} | {
+            variable: str(threads) for variable in _THREAD_VARIABLES if variable not in environ
+        }
+        processes.append(WorkerProcess(name, argv, {**env, **port, **threading_env}, share, threads))
     return processes
 
 
@@ -240,7 +289,11 @@ def _stop_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workers", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="print the processes as JSON, start none")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the processes (command, environment, cores, threads) as JSON, start none",
+    )
     args = parser.parse_args(argv)
     try:
         settings = Settings()
@@ -255,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
             concurrency=settings.worker_concurrency,
             metrics_port=settings.worker_metrics_port,
             celery=celery_program(),
+            cores=available_cores(),
+            torch_threads=settings.torch_threads,
+            environ=os.environ,
         )
     except ValueError as exc:
         return preflight.refuse(_PROGRAM, [str(exc)])

@@ -1,6 +1,4 @@
-"""The access log names no subject in plain: :class:`SubjectQueryFilter` rewrites the ``owner_id`` and
-``sample_id`` query values (audit events, receipts), in the log record only, to ``h:`` and a prefix of the
-id's keyed hash (:func:`service.subjects.hashed_names`)."""
+"""The access log names no subject in plain: subject ids in queries become ``h:`` + a keyed-hash prefix."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ SUBJECT_PARAMETERS = ("owner_id", "sample_id")
 
 
 class SubjectQueryFilter(logging.Filter):
-    """Rewrites the path of an access-log record (uvicorn's arguments: client, method, path with query,
-    HTTP version, status) so that its ``owner_id`` and ``sample_id`` values are keyed hashes."""
+    """Rewrites the path of a uvicorn access-log record so that its subject ids are keyed hashes."""
 
     def __init__(self, hasher: SubjectHasher) -> None:
         super().__init__()
@@ -45,8 +42,7 @@ class SubjectQueryFilter(logging.Filter):
 
 
 def install(hasher: SubjectHasher) -> None:
-    """Put a :class:`SubjectQueryFilter` with ``hasher`` on the access logger, in place of any earlier one
-    (an app started again in the same process)."""
+    """Put a :class:`SubjectQueryFilter` with ``hasher`` on the access logger, in place of any earlier one."""
     logger = logging.getLogger(ACCESS_LOGGER)
     for old in [f for f in logger.filters if isinstance(f, SubjectQueryFilter)]:
         logger.removeFilter(old)

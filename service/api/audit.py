@@ -14,6 +14,7 @@ from service.errors import Unprocessable
 from service.schemas import MAX_DB_INT, SubjectId, error_responses
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
+_ROW_FIELDS = ("id", "chain", "at", "model_id", "request_id", "version_id", "payload", "prev_hash", "hash")
 
 
 def _utc(value: datetime | None, name: str) -> datetime | None:
@@ -79,19 +80,7 @@ def query_events(
         )
     return AuditPage(
         events=[
-            AuditEventOut(
-                id=e.id,
-                chain=e.chain,
-                seq=e.chain_seq,
-                at=e.at,
-                type=e.event_type,
-                model_id=e.model_id,
-                request_id=e.request_id,
-                version_id=e.version_id,
-                payload=e.payload,
-                prev_hash=e.prev_hash,
-                hash=e.hash,
-            )
+            AuditEventOut(**{k: getattr(e, k) for k in _ROW_FIELDS}, seq=e.chain_seq, type=e.event_type)
             for e in events
         ],
         next_after_id=events[-1].id if len(events) == limit else None,

@@ -58,20 +58,8 @@ _UPLOAD_BODY: dict[str, Any] = {
 
 
 def _out(row: DatasetRow) -> DatasetOut:
-    return DatasetOut(
-        id=row.id,
-        name=row.name,
-        source=row.source,
-        format=row.format,
-        num_rows=row.num_rows,
-        num_classes=row.num_classes,
-        class_names=row.class_names,
-        feature_shape=row.feature_shape,
-        erased_rows=row.erased_rows,
-        created_at=row.created_at,
-        **{**graphs.out_fields(row.arrays), "kind": row.kind},
-        deleted_at=row.deleted_at,
-    )
+    shown = DatasetOut.model_validate(row, from_attributes=True)
+    return shown.model_copy(update={**graphs.out_fields(row.arrays), "kind": row.kind})
 
 
 def _limited(receive: Receive, limit: int) -> Receive:

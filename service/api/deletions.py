@@ -90,7 +90,7 @@ async def submit_bulk(
     """Each item is accepted or rejected on its own (202 when all were accepted, 207 otherwise); one
     Idempotency-Key covers the whole submission."""
     _check_callbacks(rt, *body.items)
-    return _respond(await rt.deletion_intake().submit_bulk(model_id, idempotency_key, body))
+    return _respond(await rt.deletion_intake().submit(model_id, idempotency_key, body))
 
 
 @router.post(

@@ -28,8 +28,7 @@ READS_ONLY: dict[str, Any] = {ACCESS_EXTENSION: "read"}
 
 
 def access_of(methods: Iterable[str], extra: Mapping[str, Any] | None) -> Access:
-    """``read`` for GET and HEAD and for :data:`READS_ONLY` (``extra``: the route's ``openapi_extra``),
-    ``write`` for every other."""
+    """``read`` for GET, HEAD and :data:`READS_ONLY` (``extra``: a route's openapi_extra), else ``write``."""
     if (extra or {}).get(ACCESS_EXTENSION) == "read":
         return "read"
     return "read" if {m.upper() for m in methods} <= {"GET", "HEAD"} else "write"
@@ -49,8 +48,7 @@ RequestId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="Deletion reque
 async def authorized(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
-    """With ``LETHE_API_TOKENS`` set, a /v1 request must carry one of them as a bearer token, or one of
-    ``LETHE_READ_TOKENS`` for a read: 401 for a missing or unknown token, 403 for a read token on a write."""
+    """With ``LETHE_API_TOKENS`` set: 401 without a known bearer token, 403 for a read token on a write."""
     settings = request.app.state.runtime.settings
     if not settings.api_token_list:
         return

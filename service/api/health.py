@@ -36,8 +36,7 @@ def healthz() -> Health:
 
 
 def _workers_check(rt: Runtime) -> str:
-    """ "ok" when every lane has a worker that renewed its liveness record recently, else the lanes none
-    serves."""
+    """ "ok" when every lane has a live worker, else the lanes none serves."""
     try:
         idle = [lane for lane, n in rt.live_workers().items() if n == 0]
     except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
@@ -79,8 +78,7 @@ def prometheus(rt: RuntimeDep) -> Response:
             metrics.OUTBOX_PENDING.set(uow.outbox.pending_count())
     except Exception:
         log.warning("could not count pending outbox messages", exc_info=True)
-    # The gauges read from this runtime's database: a registry of the scrape's own, so that two apps in
-    # one process (the tests) never answer with each other's.
+    # the database gauges in a registry of this scrape's own (two apps in one process never mix)
     own = CollectorRegistry(auto_describe=False)
     own.register(DatabaseCollector(rt.snapshot, rt.live_workers, utcnow))
     return Response(generate_latest() + generate_latest(own), media_type=CONTENT_TYPE_LATEST)

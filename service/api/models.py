@@ -197,8 +197,7 @@ def download_weights(
 
 
 def etag_matches(if_none_match: str, digest: str) -> bool:
-    """RFC 9110 section 13.1.2: ``*`` or any listed entity tag, compared weakly (a ``W/`` prefix is
-    ignored), names the current representation."""
+    """RFC 9110 section 13.1.2: ``*`` or any listed entity tag, compared weakly, names the current one."""
     tags = [tag.strip() for tag in if_none_match.split(",")]
     return any(tag == "*" or tag.removeprefix("W/") == f'"{digest}"' for tag in tags)
 

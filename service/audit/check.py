@@ -159,16 +159,6 @@ def _served_problems(client: httpx.Client, model_id: int, digests: Mapping[int, 
     return []
 
 
-def _events(client: httpx.Client, read: dict[str, list[AuditEventOut]], model_id: int) -> list[AuditEventOut]:
-    """The model's chain, as the chain check read it, or read now (a check of other chains only)."""
-    chain = f"model:{model_id}"
-    return read[chain] if chain in read else chain_events(client, chain)
-
-
-def model_ids(client: httpx.Client) -> list[int]:
-    return [int(m["id"]) for m in _pages(client, "/v1/models", "models", ("after_id", "id"), 500)]
-
-
 def save_anchors(path: Path, reports: list[ChainReport]) -> None:
     """Each intact chain's head, as anchors for the next check."""
     anchors = {r.chain: {"seq": r.head_seq, "hash": r.head_hash} for r in reports if r.ok and r.head_seq}
@@ -232,8 +222,15 @@ def run(
     reports = check(client, chains, anchors, read)
     if not models:
         return Outcome(reports, [])
-    ids = [model] if model is not None else model_ids(client)
-    return Outcome(reports, [check_model(client, m, _events(client, read, m)) for m in ids])
+    if model is not None:
+        ids = [model]
+    else:
+        ids = [int(m["id"]) for m in _pages(client, "/v1/models", "models", ("after_id", "id"), 500)]
+    checked = []
+    for m in ids:  # the model's chain as the chain check read it, or read now
+        chain = model_chain(m)
+        checked.append(check_model(client, m, read[chain] if chain in read else chain_events(client, chain)))
+    return Outcome(reports, checked)
 
 
 def anchors_of(path: Path | None) -> dict[str, dict[int, str]] | None:

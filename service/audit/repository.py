@@ -109,8 +109,7 @@ class AuditRepository:
             # a literal list, not a subquery: with a subquery in the OR Postgres scans the whole log
             found = select(RequestSubject.request_id).where(RequestSubject.subject_hash.in_(subject_hashes))
             requests = sorted(set(self.session.scalars(found)))
-            # datasets' own erasures name hashes in the payload (64 hex: a text match cannot misfire);
-            # the type is inlined so the planner can use ix_audit_events_subjects_erased
+            # datasets' own erasures name hashes in the payload (inlined type: the partial index applies)
             named = and_(
                 AuditEvent.event_type
                 == bindparam("erased_type", SUBJECTS_ERASED_EVENT, literal_execute=True),

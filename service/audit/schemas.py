@@ -21,7 +21,7 @@ class AuditEventOut(BaseModel):
     prev_hash: str
     hash: str
 
-    # the names verification reads (service.audit.service.ChainedEvent), as of a stored event
+    # the names verification reads (service.audit.service.rehash), as of a stored event
     @property
     def chain_seq(self) -> int:
         return self.seq

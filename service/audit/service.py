@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from service.audit.chain import GENESIS, HASHED_FIELDS, event_hash
 from service.audit.repository import AuditRepository
+from service.audit.schemas import AuditEventOut
+from service.db.tables import AuditEvent
 from service.errors import NotFound
 from service.schemas import MAX_DB_INT
 
@@ -54,29 +55,7 @@ class ChainReport:
     first_bad_seq: int | None = None
 
 
-class ChainedEvent(Protocol):
-    """What verification reads of an event: an ``audit_events`` row, or one read over the API."""
-
-    @property
-    def chain(self) -> str: ...
-    @property
-    def chain_seq(self) -> int: ...
-    @property
-    def at(self) -> datetime: ...
-    @property
-    def event_type(self) -> str: ...
-    @property
-    def model_id(self) -> int | None: ...
-    @property
-    def request_id(self) -> int | None: ...
-    @property
-    def version_id(self) -> int | None: ...
-    @property
-    def payload(self) -> dict[str, Any]: ...
-    @property
-    def prev_hash(self) -> str: ...
-    @property
-    def hash(self) -> str: ...
+ChainedEvent = AuditEvent | AuditEventOut  # what verification reads: stored, or read over the API
 
 
 def rehash(prev_hash: str, event: ChainedEvent) -> str:
@@ -129,10 +108,6 @@ def verify_events(
     return ChainReport(chain, count, head_seq, head_hash, True)
 
 
-def verify_chain(repo: AuditRepository, chain: str, head_seq: int, head_hash: str) -> ChainReport:
-    return verify_events(chain, repo.chain_events(chain), head_seq, head_hash)
-
-
 CHAIN_MISSING = "chain missing"
 _CHAIN_NAME = re.compile(r"[^\x00-\x1f\x7f]+")
 _MODEL_CHAIN = re.compile(r"model:([1-9][0-9]{0,9})")
@@ -158,7 +133,7 @@ def verify(
             "'model:<id>:requests' and 'model:<id>:completions' (the last two once the model has had a "
             "deletion request); GET /v1/audit/verify lists every chain"
         )
-    reports = [verify_chain(repo, h.chain, h.seq, h.hash) for h in heads]
+    reports = [verify_events(h.chain, repo.chain_events(h.chain), h.seq, h.hash) for h in heads]
     reports += [_missing_report(name, events, why) for name, (events, why) in missing.items()]
     return sorted(reports, key=lambda r: r.chain)
 

@@ -1,5 +1,4 @@
-"""Deleting a dataset no live model uses (409 otherwise): marked deleted, references released, then the
-unheld blobs unlinked (again if deleted again); its record and audit log stay."""
+"""Deleting a dataset no live model uses (409 otherwise): its blobs go, its record and audit log stay."""
 
 from __future__ import annotations
 
@@ -11,15 +10,13 @@ from service.jobs.context import CompletionContext
 from service.jobs.versions import dataset_holder
 from service.storage.buckets import digests
 
-DatasetDeletionContext = CompletionContext  # what deleting a dataset uses of the process's runtime
 
-
-def delete_dataset(rt: DatasetDeletionContext, dataset_id: int) -> None:
+def delete_dataset(rt: CompletionContext, dataset_id: int) -> None:
     _mark_deleted(rt, dataset_id)
     _erase(rt, dataset_id)
 
 
-def _mark_deleted(rt: DatasetDeletionContext, dataset_id: int) -> None:
+def _mark_deleted(rt: CompletionContext, dataset_id: int) -> None:
     with rt.uow() as uow:
         row = uow.datasets.lock(dataset_id)
         if row is None:
@@ -43,7 +40,7 @@ def _mark_deleted(rt: DatasetDeletionContext, dataset_id: int) -> None:
         uow.commit()
 
 
-def _erase(rt: DatasetDeletionContext, dataset_id: int) -> None:
+def _erase(rt: CompletionContext, dataset_id: int) -> None:
     with rt.uow() as uow:
         row = uow.datasets.lock(dataset_id)
         if row is None or row.deleted_at is None:

@@ -1,5 +1,4 @@
-"""Forgetting subjects in a table dataset no model uses (``POST /v1/datasets/{id}/deletions``): one
-idempotent transaction under the row lock; the released blobs are unlinked before the answer."""
+"""Forgetting subjects in a table dataset no model uses, in one idempotent transaction under its lock."""
 
 from __future__ import annotations
 
@@ -18,11 +17,9 @@ from service.jobs.versions import drop_dataset_rows, replace_dataset_arrays
 from service.states import ModelState
 from service.uow import UnitOfWork
 
-ErasureContext = UpdateContext  # what erasing subjects from a dataset uses of the process's runtime
-
 
 def erase_subjects(
-    rt: ErasureContext, dataset_id: int, key: str | None, body: DeletionIn
+    rt: UpdateContext, dataset_id: int, key: str | None, body: DeletionIn
 ) -> idempotency.Outcome:
     """Erase the rows ``body`` names from the dataset (200, with ``erased_rows``); replayed for the same key."""
     released: set[str] = set()
@@ -94,7 +91,7 @@ _PAGE = 1000
 
 
 def _forgotten(
-    rt: ErasureContext, uow: UnitOfWork, dataset_id: int, arrays: dict[str, Any], body: DeletionIn
+    rt: UpdateContext, uow: UnitOfWork, dataset_id: int, arrays: dict[str, Any], body: DeletionIn
 ) -> dict[str, str]:
     """sample id -> owner id of the rows the request names; 409 if every missing id was erased, else 422."""
     data = rt.cache.dataset(arrays)

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
 from service.schemas import Name, Strict
 
-BUNDLED = ("digits", "breast_cancer", "wine", "iris", "mnist", "synthetic", "cora", "imdb-binary", "proteins")
+BundledName = Literal[
+    "digits", "breast_cancer", "wine", "iris", "mnist", "synthetic", "cora", "imdb-binary", "proteins"
+]
+BUNDLED = get_args(BundledName)
 
 
 class BundledDatasetIn(Strict):
-    name: Literal[
-        "digits", "breast_cancer", "wine", "iris", "mnist", "synthetic", "cora", "imdb-binary", "proteins"
-    ] = Field(
+    name: BundledName = Field(
         description="digits, breast_cancer, wine, iris (scikit-learn), mnist (the shared IDX files), synthetic; "
         "graphs: cora (one node graph), imdb-binary and proteins (graph collections)"
     )

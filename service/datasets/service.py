@@ -111,41 +111,35 @@ def usable_id(value: str) -> tuple[str, str | None]:
     return value, None
 
 
-def id_problem(value: str) -> str | None:
-    """Why ``value`` cannot be an uploaded id (None: it can); see :func:`usable_id`."""
-    return usable_id(value)[1]
-
-
-def _normalized_column(ids: tuple[str, ...], what: str, column: str, filename: str) -> tuple[str, ...]:
-    """The ids in NFC, or a 422 naming the column, row and id of the first unusable one."""
-    out: list[str] = []
-    for row, value in enumerate(ids):
-        normalized, problem = usable_id(value)
-        if problem is not None:
-            raise Unprocessable(
-                f"{filename}: {column}, row {row} (0-based): {what} {shown_id(value)} is not usable: "
-                f"{problem}. Deletion requests name subjects by these ids: fix them in the file",
-                code="invalid_dataset",
-            )
-        out.append(normalized)
-    return tuple(out)
+def checked_id(value: str, what: str, where: str, row: int | None = None) -> str:
+    """``value`` in NFC, or a 422 naming where it is (``row``: 0-based), the id and why it is unusable."""
+    normalized, problem = usable_id(value)
+    if problem is not None:
+        at = where if row is None else f"{where}, row {row} (0-based)"
+        raise Unprocessable(
+            f"{at}: {what} {shown_id(value)} is not usable: {problem}. Deletion requests name subjects by "
+            "these ids: fix them in the file",
+            code="invalid_dataset",
+        )
+    return normalized
 
 
 def normalized_table_ids(dataset: Dataset, fmt: str, filename: str, options: UploadOptions) -> Dataset:
     """The dataset with its ids in Unicode NFC; a 422 naming the first unusable (or duplicated) one."""
     if fmt == "npz":
-        where = {"sample id": "array 'sample_ids'", "owner id": "array 'owner_ids'"}
+        sample_col, owner_col = "array 'sample_ids'", "array 'owner_ids'"
     else:
-        where = {"sample id": f"column {options.id_column!r}", "owner id": f"column {options.owner_column!r}"}
-    samples = _normalized_column(dataset.sample_ids, "sample id", where["sample id"], filename)
-    owners = _normalized_column(dataset.owner_ids, "owner id", where["owner id"], filename)
+        sample_col, owner_col = f"column {options.id_column!r}", f"column {options.owner_column!r}"
+    sample_at, owner_at = f"{filename}: {sample_col}", f"{filename}: {owner_col}"
+    samples = tuple(checked_id(v, "sample id", sample_at, i) for i, v in enumerate(dataset.sample_ids))
+    owners = tuple(checked_id(v, "owner id", owner_at, i) for i, v in enumerate(dataset.owner_ids))
     if samples == dataset.sample_ids and owners == dataset.owner_ids:
         return dataset
     first: dict[str, int] = {}
     for row, value in enumerate(samples):
         if value in first:
             raise Unprocessable(
-                f"{filename}: {where['sample id']}, rows {first[value]} and {row} (0-based): sample ids "
+                f"{sample_at}, rows {first[value]} and {row} (0-based): sample ids "
                 f"{shown_id(dataset.sample_ids[first[value]])} and {shown_id(dataset.sample_ids[row])} are "
                 "the same id once normalised to Unicode NFC (ids are compared in that form): make them "
                 "distinct",

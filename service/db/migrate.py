@@ -7,7 +7,6 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -33,11 +32,6 @@ def upgrade(engine: Engine) -> None:
 @cache
 def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("postgresql+psycopg://")).get_current_head()
-
-
-def current_revision(engine: Engine) -> str | None:
-    with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
 
 
 def is_current(engine: Engine) -> tuple[bool, str | None]:

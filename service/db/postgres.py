@@ -1,5 +1,4 @@
-"""Helpers for plain statements on the psycopg connection under a unit of work, sent in pipeline mode.
-Arrays go as one parameter each (``unnest``): a statement costs the same for one row as for hundreds."""
+"""Plain statements on the psycopg connection of a unit of work, pipelined; arrays as one parameter each."""
 
 from __future__ import annotations
 

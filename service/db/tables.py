@@ -1,8 +1,4 @@
-"""The relational schema, the system of record; every change needs an Alembic migration.
-
-Plaintext subject ids appear only in ``samples`` and in ``deletion_requests.subjects`` until the
-request ends; whatever outlives an erasure (audit log, tombstones, request subjects) holds keyed hashes.
-"""
+"""The relational schema (changes need a migration); plain subject ids only in samples and open requests."""
 
 from __future__ import annotations
 

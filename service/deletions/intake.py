@@ -1,6 +1,4 @@
-"""Group commit of deletion submissions: one intake thread per process commits all waiting submissions
-(key, request rows, stored answer) in one transaction, then wakes each handler. A key already present takes
-:func:`service.idempotency.service.run`; if the batch fails, each submission is retried alone."""
+"""Group commit: one intake thread per process commits the waiting deletion submissions in one transaction."""
 
 from __future__ import annotations
 
@@ -108,12 +106,8 @@ class DeletionIntake:
             self._thread.join(timeout=30)
             self._thread = None
 
-    async def submit(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:
-        """Accept (or replay, or reject) one request; returns once committed, holding no pool thread."""
-        return await self._wait(self._submission(model_id, key, body))
-
-    async def submit_bulk(self, model_id: int, key: str | None, body: BulkIn) -> Outcome:
-        """Accept or reject each item of a bulk submission (one key for all); returns once committed."""
+    async def submit(self, model_id: int, key: str | None, body: DeletionIn | BulkIn) -> Outcome:
+        """Accept (or replay, or reject) a request or a bulk one, once committed, holding no pool thread."""
         return await self._wait(self._submission(model_id, key, body))
 
     def commit_now(self, model_id: int, key: str | None, body: DeletionIn) -> Outcome:

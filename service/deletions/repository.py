@@ -112,7 +112,6 @@ class DeletionRepository:
         self.add_events([(request_id, state, at, detail)])
 
     def add_events(self, events: Sequence[tuple[int, RequestState, datetime, str | None]]) -> None:
-        """Insert (request id, state, at, detail) rows in this order."""
         insert_history(session_connection(self.session), events)
 
     def events(self, request_id: int) -> builtins.list[RequestEvent]:

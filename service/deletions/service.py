@@ -40,6 +40,7 @@ _SHOWN = 5  # ids named in one error message
 _ACCEPTED_HISTORY = (RequestState.RECEIVED, RequestState.QUEUED)
 _FITTING = (ModelState.QUEUED, ModelState.TRAINING, ModelState.RETRAINING)  # their ETA adds to expected_by
 CANCELABLE = (RequestState.QUEUED, RequestState.AWAITING_RETRAIN)
+_COPIED = ("id", "model_id", "state", "num_samples", "expected_by", "created_at", "completed_at")
 
 
 def bulk_report(results: list[DeletionAccepted | ApiError]) -> tuple[int, dict[str, Any]]:
@@ -122,9 +123,7 @@ def accept_many(
 def submit_many(
     uow: UnitOfWork, hasher: SubjectHasher, model_id: int, bodies: list[DeletionIn], sla_seconds: float
 ) -> list[DeletionAccepted | ApiError]:
-    """Queue each request valid against the model's remaining training set; per request, the
-    DeletionAccepted or the error (422 unknown ids, 409 forgotten ids). Raises for the model itself. The
-    accepted requests count as received once ``uow`` commits."""
+    """Queue each request valid against the model's training set: per request, accepted or its error."""
     model = uow.models.get(model_id)
     check_accepting(model, model_id)
     assert model is not None
@@ -237,7 +236,8 @@ def plan_submissions(
     erased = erased_among(lost) if lost else {}
     erased_by = {h: f" by request {r}" if r else "" for h, r in erased.items()}
     now = utcnow()
-    plan = SubmissionPlan(model.id, now, _expected_by(model, now, sla_seconds), [], [])
+    eta = model.eta_seconds if model.status in _FITTING and model.eta_seconds else 0.0
+    plan = SubmissionPlan(model.id, now, now + timedelta(seconds=sla_seconds + eta), [], [])
     for body, (owners, samples), (lost_owners, lost_samples) in zip(bodies, items, missing):
         if lost_owners or lost_samples:
             holder = f"model {model.id}'s training set"
@@ -287,11 +287,6 @@ def missing_subjects_error(
     )
 
 
-def _expected_by(model: Model | Any, now: datetime, sla_seconds: float) -> datetime:
-    eta = model.eta_seconds if model.status in _FITTING and model.eta_seconds else 0.0
-    return now + timedelta(seconds=sla_seconds + eta)
-
-
 def get_request(uow: UnitOfWork, request_id: int, *, lock: bool = False) -> DeletionRequest:
     """The request (``lock``: locked until the transaction ends); 404 if there is none."""
     request = uow.deletions.lock(request_id) if lock else uow.deletions.get(request_id)
@@ -306,10 +301,7 @@ def request_out(uow: UnitOfWork, request: DeletionRequest, history: list | None 
     ref = VersionRef(seq=version.seq, kind=version.kind, certificate=version.certificate) if version else None
     subjects = request.subjects
     return DeletionOut(
-        id=request.id,
-        model_id=request.model_id,
-        state=request.state,
-        num_samples=request.num_samples,
+        **{k: getattr(request, k) for k in _COPIED},
         num_owner_ids=len(subjects.get("owner_ids", [])) if subjects else None,
         num_sample_ids=len(subjects.get("sample_ids", [])) if subjects else None,
         history=[HistoryEntry(state=e.state, at=e.at, detail=e.detail) for e in events],
@@ -322,9 +314,6 @@ def request_out(uow: UnitOfWork, request: DeletionRequest, history: list | None 
             if request.callback_url
             else None
         ),
-        expected_by=request.expected_by,
-        created_at=request.created_at,
-        completed_at=request.completed_at,
     )
 
 

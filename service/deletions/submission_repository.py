@@ -1,5 +1,4 @@
-"""Accepting a batch of deletion submissions on Postgres in one transaction, pipelined
-(:mod:`service.db.postgres`). Requests naming graph items go through the repositories instead."""
+"""Accepting a batch of deletion submissions (no graph items) in one pipelined Postgres transaction."""
 
 from __future__ import annotations
 
@@ -150,8 +149,7 @@ class SubmissionRepository:
         return dict(self._conn.execute(_ERASED_AMONG, (model_id, array_literal(hashes))).fetchall())
 
     def save(self, answers: Sequence[tuple[str, str, int, dict[str, Any]]], uow: UnitOfWork) -> None:
-        """Insert the accepted requests and store each key's answer; ``uow``'s COMMIT goes with them when it
-        can (:meth:`UnitOfWork.send_commit`). The requests count as received once ``uow`` committed."""
+        """Insert the accepted requests and store each key's answer, ``uow``'s COMMIT with them if it can."""
         conn = self._conn
         heads = {m: self._head(m) for m, a in self._models.items() if any(p.accepted for p, _ in a.plans)}
         accepted = 0

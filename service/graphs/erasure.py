@@ -29,13 +29,6 @@ def forget_graph(
     return written, int(written["num_train"])
 
 
-def retrain_graph(
-    artifacts: ArtifactStore, cache: BlobCache, manifest: Mapping[str, Any], request: ForgetRequest
-) -> dict[str, Any]:
-    """The graph a retrain fits on: the training graph without every waiting request's items."""
-    return write_graph(artifacts, after_present(cache.dataset(manifest), request))
-
-
 def departed(cache: BlobCache, before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, str]:
     """Subjects (sample id -> owner id) of graph ``before`` that graph ``after`` no longer holds."""
     old_ids, old_owners = subjects_of(cache.dataset(before))
@@ -45,14 +38,11 @@ def departed(cache: BlobCache, before: Mapping[str, Any], after: Mapping[str, An
 
 def after_present(graph: AnyGraph, request: ForgetRequest) -> AnyGraph:
     """``graph.after_request`` restricted to the items still in ``graph`` (absent items are skipped)."""
-    present = present_items(graph, request)
-    return graph.after_request(present) if present.kinds() else graph
-
-
-def present_items(graph: AnyGraph, request: ForgetRequest) -> ForgetRequest:
     if isinstance(graph, NodeGraph):
-        return _present_in_node_graph(graph, request)
-    return _present_in_collection(graph, request)
+        present = _present_in_node_graph(graph, request)
+    else:
+        present = _present_in_collection(graph, request)
+    return graph.after_request(present) if present.kinds() else graph
 
 
 def _live(graph: NodeGraph, node_id: str) -> int | None:

@@ -1,5 +1,4 @@
-"""Graph deletion requests (``edges``, ``node_feature_ids``, ``graph_ids``, ``graph_nodes``): checked at
-submission (a missing item: 409 with a tombstone, else 422), carried through the batch into ``forget``."""
+"""Graph deletion requests (edges, node features, graphs, nodes): checked, then carried to ``forget``."""
 
 from __future__ import annotations
 

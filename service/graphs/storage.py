@@ -1,5 +1,4 @@
-"""One graph as one safetensors blob (string arrays as JSON metadata; an erased node's ids ``~erased:<i>``),
-and its manifest: a bucket manifest plus ``kind``, ``name``, ``num_classes`` and :func:`sizes`."""
+"""One graph as one safetensors blob (an erased node's ids ``~erased:<i>``), and its bucket manifest."""
 
 from __future__ import annotations
 

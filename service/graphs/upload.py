@@ -1,5 +1,4 @@
-"""Graph uploads (``json`` one node graph, ``npz`` whose ``format`` entry names a graph, ``tu`` a collection
-in the IMDB-BINARY text format) and the bundled graphs: parsing (every input problem a 4xx) and storing."""
+"""Graph uploads (``json``, ``npz``, ``tu``) and the bundled graphs: parsing (problems are 4xx), storing."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from service.datasets.service import add_dataset_row, id_problem, too_large, usable_id
+from service.datasets.service import add_dataset_row, checked_id, too_large
 from service.db.tables import Dataset as DatasetRow
 from service.errors import NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType
 from service.graphs.storage import AnyGraph, write_graph
@@ -27,11 +26,9 @@ from unlearning.data.graphs.codecs import (
     node_graph_from_arrays,
     node_graph_from_json,
 )
-from unlearning.data.graphs.collection import GraphCollection
 from unlearning.data.graphs.node_graph import NodeGraph
 from unlearning.data.graphs.planetoid import load_cora
 from unlearning.data.graphs.tu import load_imdb_binary, load_proteins, tu_from_text
-from unlearning.data.ids import shown_id
 from unlearning.data.limits import SMALL_TABLE_CLASSES, ReadLimits, TooLargeError, class_limit
 from unlearning.data.npz_table import check_npz
 from unlearning.errors import UnlearningError
@@ -157,10 +154,6 @@ def _parse_npz(path: Path, filename: str, limits: ReadLimits) -> AnyGraph:
         ) from exc
 
 
-def _bad_id(value: str) -> bool:
-    return id_problem(value) is not None  # the rule table uploads follow too
-
-
 def _check_class_count(graph: AnyGraph, filename: str) -> None:
     """At most :func:`class_limit` of the samples (nodes, or graphs) classes, as for tables."""
     samples = graph.num_nodes if isinstance(graph, NodeGraph) else len(graph.graphs)
@@ -174,23 +167,12 @@ def _check_class_count(graph: AnyGraph, filename: str) -> None:
         )
 
 
-def _usable(what: str, value: str, filename: str) -> str:
-    normalized, problem = usable_id(value)
-    if problem is not None:
-        raise Unprocessable(
-            f"{filename}: {what} {shown_id(value)} is not usable: {problem}. Deletion requests name subjects "
-            "by these ids: fix them in the file",
-            code="invalid_dataset",
-        )
-    return normalized
-
-
 def normalized_ids(graph: AnyGraph, filename: str) -> AnyGraph:
     """The graph with its ids in Unicode NFC; a 422 naming the first unusable (or duplicated) one."""
     try:
         if isinstance(graph, NodeGraph):
-            nodes = tuple(_usable("node id", v, filename) for v in graph.node_ids)
-            owners = tuple(_usable("owner id", v, filename) for v in graph.owner_ids)
+            nodes = tuple(checked_id(v, "node id", filename) for v in graph.node_ids)
+            owners = tuple(checked_id(v, "owner id", filename) for v in graph.owner_ids)
             if nodes == graph.node_ids and owners == graph.owner_ids:
                 return graph
             return dataclasses.replace(graph, node_ids=nodes, owner_ids=owners)
@@ -207,9 +189,9 @@ def normalized_ids(graph: AnyGraph, filename: str) -> AnyGraph:
 
 
 def _normalized_graph(g: Any, filename: str) -> Any:
-    graph_id = _usable("graph id", g.graph_id, filename)
-    owner = _usable("owner id", g.owner_id, filename)
-    nodes = tuple(_usable("node id", n, filename) for n in g.node_ids)
+    graph_id = checked_id(g.graph_id, "graph id", filename)
+    owner = checked_id(g.owner_id, "owner id", filename)
+    nodes = tuple(checked_id(n, "node id", filename) for n in g.node_ids)
     if (graph_id, owner, nodes) == (g.graph_id, g.owner_id, g.node_ids):
         return g
     return dataclasses.replace(g, graph_id=graph_id, owner_id=owner, node_ids=nodes)
@@ -223,35 +205,29 @@ def load_bundled(name: str, n: int | None, seed: int, samples_per_owner: int) ->
                 raise Unprocessable(
                     "cora is one graph: n (draw rows) does not apply; leave it out", code="invalid_parameter"
                 )
-            return _grouped_nodes(load_cora(), samples_per_owner)
+            return _grouped(load_cora(), samples_per_owner)
         collection = load_imdb_binary() if name == "imdb-binary" else load_proteins()
         if n is not None and n < len(collection):
             picked = np.sort(np.random.default_rng(seed).choice(len(collection), size=n, replace=False))
             collection = collection.take(picked)
-        return _grouped_graphs(collection, samples_per_owner)
+        return _grouped(collection, samples_per_owner)
     except FileNotFoundError as exc:
         raise NotFound(f"the bundled dataset {name!r} is not available on this server: {exc}") from exc
     except UnlearningError as exc:
         raise Unprocessable(str(exc), code="invalid_dataset") from exc
 
 
-def _owner(i: int, per_owner: int) -> str:
-    return f"owner-{i // per_owner:05d}"
-
-
-def _grouped_nodes(graph: NodeGraph, per_owner: int) -> NodeGraph:
+def _grouped(graph: AnyGraph, per_owner: int) -> AnyGraph:
+    """``per_owner`` nodes (of a node graph) or graphs (of a collection) per owner: owner-00000, ..."""
     if per_owner == 1:
         return graph
-    return dataclasses.replace(graph, owner_ids=tuple(_owner(i, per_owner) for i in range(graph.num_nodes)))
-
-
-def _grouped_graphs(collection: GraphCollection, per_owner: int) -> GraphCollection:
-    if per_owner == 1:
-        return collection
-    graphs = tuple(
-        dataclasses.replace(g, owner_id=_owner(i, per_owner)) for i, g in enumerate(collection.graphs)
+    if isinstance(graph, NodeGraph):
+        owners = tuple(f"owner-{i // per_owner:05d}" for i in range(graph.num_nodes))
+        return dataclasses.replace(graph, owner_ids=owners)
+    graphs = (
+        dataclasses.replace(g, owner_id=f"owner-{i // per_owner:05d}") for i, g in enumerate(graph.graphs)
     )
-    return dataclasses.replace(collection, graphs=graphs)
+    return dataclasses.replace(graph, graphs=tuple(graphs))
 
 
 def store(

@@ -61,7 +61,6 @@ class IdempotencyRepository:
         return self.session.get(IdempotencyKey, (scope, key), populate_existing=True)
 
     def complete_many(self, answers: list[tuple[str, str, int, dict[str, Any]]]) -> None:
-        """Mark keys done with their answers ``(scope, key, status, body)`` (one statement)."""
         store_answers(session_connection(self.session), answers)
 
     def release_abandoned(self, scope: str, key: str, now: datetime, in_flight_before: datetime) -> bool:

@@ -1,7 +1,4 @@
-"""Idempotency-Key, following the IETF draft (draft-ietf-httpapi-idempotency-key-header): no key: 400;
-seen with the same body: the stored response replayed (:func:`at_rest`); with a different body: 422; first
-request still in flight: 409. The key is claimed in the transaction of the work it guards, which stores the
-answer (docs/decisions.md, "An idempotency claim commits with its work")."""
+"""Idempotency-Key (draft-ietf-httpapi-idempotency-key-header), claimed in the transaction it guards."""
 
 from __future__ import annotations
 
@@ -76,17 +73,14 @@ def run(
     body: Any,
     ttl_hours: float,
     handler: Callable[[UnitOfWork], tuple[int, dict[str, Any]]],
-    takeover_seconds: float = IN_FLIGHT_TAKEOVER_SECONDS,
 ) -> Outcome:
-    """Run ``handler(uow)`` -> (status, body) at most once per (scope, key), in the transaction that
-    claims the key, and commit; the answer is stored :func:`at_rest`. A replay, a reused key (422) or a key
-    in flight (409) is answered without ``handler``; its :class:`ApiError` is stored as the answer."""
+    """``handler(uow)`` -> (status, body) at most once per (scope, key), its answer stored :func:`at_rest`."""
     key = check_key(key)
     digest = fingerprint(hasher, body)
     stored = at_rest(body)
     expires = utcnow() + timedelta(hours=ttl_hours)
     with new_uow() as uow:
-        replay = _claim(uow, scope, key, digest, expires, takeover_seconds)
+        replay = _claim(uow, scope, key, digest, expires)
         if replay is not None:
             return replay
         try:
@@ -105,15 +99,14 @@ def run(
     raise refused
 
 
-def _claim(
-    uow: UnitOfWork, scope: str, key: str, digest: str, expires: datetime, takeover_seconds: float
-) -> Outcome | None:
+def _claim(uow: UnitOfWork, scope: str, key: str, digest: str, expires: datetime) -> Outcome | None:
     """Claim the key in ``uow``; None when claimed, else the replayed outcome (or the 409/422)."""
     for _ in range(_CLAIM_ATTEMPTS):
         if uow.idempotency.claim(scope, key, digest, expires):
             return None
         now = utcnow()
-        if uow.idempotency.release_abandoned(scope, key, now, now - timedelta(seconds=takeover_seconds)):
+        abandoned = now - timedelta(seconds=IN_FLIGHT_TAKEOVER_SECONDS)
+        if uow.idempotency.release_abandoned(scope, key, now, abandoned):
             continue  # expired, or abandoned: a new key
         existing = uow.idempotency.get(scope, key)
         if existing is not None:

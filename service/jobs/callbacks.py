@@ -1,6 +1,4 @@
-"""Callback delivery: POST the outcome of a deletion to the URL its client gave, to addresses
-:mod:`service.callback_targets` allows, signed with ``callback_signing_key``; a failed attempt is retried
-through the outbox with exponential backoff up to ``callback_max_attempts``, then ``failed``."""
+"""Callback delivery: a deletion's outcome POSTed, signed, to its client's URL, retried with backoff."""
 
 from __future__ import annotations
 
@@ -35,18 +33,6 @@ def sign(key: bytes, timestamp: int, body: bytes) -> str:
     return f"t={timestamp},v1={mac}"
 
 
-def callback_body(request: Any, version_seq: int | None) -> dict[str, Any]:
-    return {
-        "event": f"deletion.{request.state}",
-        "request_id": request.id,
-        "model_id": request.model_id,
-        "state": request.state,
-        "version_seq": version_seq,
-        "completed_at": request.completed_at.isoformat() if request.completed_at else None,
-        "failure_reason": request.failure_reason,
-    }
-
-
 def deliver_callback(rt: JobContext, request_id: int, attempt: int = 1) -> None:
     """Make attempt number ``attempt`` (a duplicate of an attempt already made does nothing)."""
     with rt.uow() as uow:
@@ -60,7 +46,16 @@ def deliver_callback(rt: JobContext, request_id: int, attempt: int = 1) -> None:
             return
         request.callback_attempts = attempt  # claimed: a duplicate job now stops above
         version = uow.models.version(request.version_id) if request.version_id else None
-        url, body = request.callback_url, callback_body(request, version.seq if version else None)
+        url = request.callback_url
+        body = {
+            "event": f"deletion.{request.state}",
+            "request_id": request.id,
+            "model_id": request.model_id,
+            "state": request.state,
+            "version_seq": version.seq if version else None,
+            "completed_at": request.completed_at.isoformat() if request.completed_at else None,
+            "failure_reason": request.failure_reason,
+        }
         uow.commit()
     error, retry = _post(rt, url, body, attempt)
     metrics.CALLBACKS.labels("ok" if error is None else "error" if retry else "refused").inc()

@@ -1,5 +1,4 @@
-"""After a version commits: serve it, delete the garbage it left, then complete its requests, in that
-order (DESIGN.md, invariants); idempotent, so the reconciler can run it again after a crash."""
+"""After a version commits: serve it, delete its garbage, complete its requests (in order, idempotent)."""
 
 from __future__ import annotations
 
@@ -60,9 +59,7 @@ def _unlink(rt: CompletionContext, blobs: Collection[str]) -> None:
 def finish(
     rt: CompletionContext, model_id: int, version_id: int, committed: ModelVersion | None = None
 ) -> None:
-    """Serve the model's current version, delete the version's garbage blobs, complete its requests, in
-    one transaction (:func:`~service.jobs.completion_repository.complete_version`). ``committed``: the
-    version's row as just committed as current (published at once, not read again)."""
+    """Serve, collect and complete ``version_id`` in one transaction (``committed``: its row, as written)."""
     with rt.uow() as uow:
         version = committed if committed is not None else uow.models.version(version_id)
         if version is not None:
@@ -77,9 +74,7 @@ def complete_in_round_transaction(
     pending: PendingCompletion,
     next_round: Callable[[Connection[Any]], _NextRound] | None = None,
 ) -> _NextRound | None:
-    """:func:`finish` in ``uow``, whose transaction the round's COMMIT began with the completion's reads
-    started (``pending``); commits it. ``next_round``: started in the transaction the completion's COMMIT
-    begins; returns what it started, ``uow`` left in that transaction (None: committed as usual)."""
+    """:func:`finish` in the round's ``uow`` (reads ``pending``); returns what ``next_round`` started."""
     return _complete(uow, rt, model_id, version, committed=True, pending=pending, next_round=next_round)
 
 
@@ -93,8 +88,7 @@ def _complete(
     pending: PendingCompletion | None = None,
     next_round: Callable[[Connection[Any]], _NextRound] | None = None,
 ) -> _NextRound | None:
-    """:func:`~service.jobs.completion_repository.complete_version`, committed (unless ``next_round`` ran,
-    whose COMMIT went with the writes); what ``next_round`` started."""
+    """:func:`complete_version`, committed unless ``next_round`` ran; what ``next_round`` started."""
     done = complete_version(
         uow.postgres_connection(),
         uow,

@@ -1,5 +1,4 @@
-"""A version's completion on Postgres (:func:`complete_version`), pipelined (:mod:`service.db.postgres`):
-the reads in one round trip (:func:`start_completion`), the writes and the COMMIT in another."""
+"""A version's completion on Postgres, pipelined: reads in one round trip, writes and COMMIT in another."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from service.db.base import utcnow
 from service.db.postgres import array_literal, insert_history
 from service.db.tables import ModelVersion
 from service.deletions.repository import Completed
-from service.jobs.versions import serving_version
 from service.states import CallbackState, RequestState
 from service.storage.refs import COLLECTION_LOCK_KEY
 
@@ -64,8 +62,7 @@ class PendingCompletion:
 
 
 def start_completion(conn: Connection[Any], model_id: int, version: ModelVersion) -> PendingCompletion:
-    """Send :func:`complete_version`'s reads in the caller's pipeline, locking in this order: the version's
-    applied requests, the completions chain's head, the collection lock (only with garbage)."""
+    """Send :func:`complete_version`'s reads and locks (requests, chain head, collection) in the pipeline."""
     current = conn.execute(_CURRENT_VERSION, (model_id,))
     applied = conn.execute(_LOCK_APPLIED, (model_id, version.id))
     head = lock_chain_head(conn, completions_chain(model_id))
@@ -87,10 +84,7 @@ def complete_version(
     pending: PendingCompletion | None = None,
     next_round: Callable[[Connection[Any]], _NextRound] | None = None,
 ) -> Completion[_NextRound] | None:
-    """Complete ``version`` in ``uow``'s transaction: ``serve`` publishes the model's current version and
-    ``collect`` deletes the garbage no reference holds, before the requests are stamped ``completed``.
-    None: the model is gone. The caller commits, unless ``next_round`` ran: it starts the next round's
-    reads in the transaction the COMMIT begins. ``committed``: ``version`` was just committed as current."""
+    """``serve`` and ``collect``, then the requests ``completed`` (None: no model); the caller commits."""
     if pending is None:
         with conn.pipeline():
             pending = start_completion(conn, model_id, version)
@@ -105,7 +99,7 @@ def complete_version(
     requests = [Completed(*row) for row in pending.applied.fetchall()]
     head = chain_head(completions_chain(model_id), pending.head.fetchone())
     if not committed or current_id != version.id:
-        serve(serving_version(uow, version, current_id))
+        serve(version if current_id == version.id else uow.models.version(current_id) or version)
     if pending.held is not None:
         collect(set(version.garbage) - {row[0] for row in pending.held.fetchall()})
     now = utcnow()

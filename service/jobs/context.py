@@ -1,5 +1,4 @@
-"""What the deletion path's jobs use of the process's runtime, as narrow protocols that
-:class:`service.runtime.Runtime` satisfies: a job declares the one it needs instead of the runtime."""
+"""What the jobs use of the process's runtime, as narrow protocols :class:`service.runtime.Runtime` meets."""
 
 from __future__ import annotations
 

@@ -25,9 +25,7 @@ _failures: dict[int, int] = {}  # consecutive unexpected failures of a model's u
 
 
 class Drains:
-    """The models this process's update jobs are draining, and whether another job for each arrived
-    meanwhile: that job leaves the model to the running drain, which passes over the queue once more
-    (one thread per model, not two taking turns at its row lock). Between processes the row lock orders."""
+    """The models this process drains: a job arriving meanwhile makes the running drain pass again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -60,8 +58,7 @@ _drains = Drains()
 
 
 def request_update(rt: UpdateContext, model_id: int) -> None:
-    """After a commit that queued deletions: publish the model's update job unless one holds its claim
-    (on its way or draining). The queued rows are the durable record: the reconciler re-publishes."""
+    """After a commit that queued deletions: publish the model's update job unless one holds its claim."""
     if rt.hot.claim_update(model_id):
         try:
             rt.queue.send("apply_deletions", {"model_id": model_id})
@@ -73,9 +70,7 @@ def request_update(rt: UpdateContext, model_id: int) -> None:
 
 
 def apply_deletions(rt: UpdateContext, model_id: int) -> None:
-    """Drain the model's queued requests, one version per round, holding its claim until none is left. A
-    failure is retried (re-published); after ``_MAX_CONSECUTIVE_FAILURES`` in a row, transient faults not
-    counted, the queued requests fail with its short cause and the model stays on its current version."""
+    """Drain the model's queued requests, one version per round (after repeated failures, they fail)."""
     if not _drains.enter(model_id):
         return
     try:
@@ -131,8 +126,7 @@ def _drain(rt: UpdateContext, model_id: int) -> None:
                 finish(rt, model_id, round_.version.id, round_.version)
             if round_.progressed:
                 continue  # requests committed meanwhile published no job: the next round reads them
-            # The queue was empty: let go of the claim and look once more (a request committed before the
-            # release published no job; one after it does, unless this drain takes the claim back first).
+            # empty: let go of the claim, then look once more (a request committed before it published no job)
             rt.hot.release_update(model_id)
             if not round_.updatable or not _has_queued(rt, model_id) or not rt.hot.claim_update(model_id):
                 return
@@ -153,8 +147,7 @@ def _has_queued(rt: UpdateContext, model_id: int) -> bool:
 def _round_with_retries(
     rt: UpdateContext, model_id: int, transaction: RoundTransaction | None = None
 ) -> Round:
-    """:func:`apply_batch`, again after a blob collected before its commit or a flushed hot store;
-    ``transaction`` (the previous round's continued one) serves the first attempt only."""
+    """:func:`apply_batch`, again after a blob collected before its commit or a flushed hot store."""
 
     def one_round() -> Round:
         nonlocal transaction

@@ -1,6 +1,4 @@
-"""A running job's heartbeat: while a training or retrain holds its model, a daemon thread bumps the model's
-``updated_at`` every ``job_heartbeat_seconds`` (docs/decisions.md, "Dead jobs found by heartbeat"), only
-while the model is this job's (in the job's state, ``started_at`` not older than the heartbeat)."""
+"""While a training or retrain holds its model, a daemon thread bumps the model's ``updated_at``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The guard a training job fits under: progress reports, the job's time limit, and its cancellation
-(docs/decisions.md, "Training lanes, time limits and cancellation")."""
+"""The guard a training job fits under: progress, time limit and cancellation (docs/decisions.md)."""
 
 from __future__ import annotations
 
@@ -36,9 +35,7 @@ def job_estimate(method: UnlearningMethod, model: Model) -> JobEstimate:
 
 
 class GuardedProgress:
-    """``progress(phase, fraction)`` for ``method.fit``: raises :class:`JobTimedOut` past ``time_limit``
-    seconds; commits phase, fraction and ETA at most every ``interval`` seconds (and at fraction 1) in its
-    own transaction, raising :class:`JobCanceled` when the model is no longer fitting (deleted)."""
+    """``progress(phase, fraction)`` for ``method.fit``, raising JobTimedOut or JobCanceled as they occur."""
 
     def __init__(self, rt: JobContext, model_id: int, estimate: JobEstimate, interval: float = 0.5) -> None:
         self._rt, self._model_id, self._interval = rt, model_id, interval

@@ -1,5 +1,4 @@
-"""Turning queued deletion requests into one batch for ``method.forget``: the union of their subjects as
-a disjoint ``ForgetRequest``, each sample attributed to the first request naming it (or its owner)."""
+"""Queued deletion requests as one batch for ``method.forget``, each sample attributed to one request."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def plan_requests(
     owner_samples: Mapping[str, Sequence[str]] | None = None,
     sample_owner: Mapping[str, str] | None = None,
 ) -> list[RequestPlan]:
-    """One plan per request, in order, against the model's remaining samples; ``owner_samples`` (owner ->
-    samples) and ``sample_owner`` (sample -> owner) cover the named subjects, read here if not given."""
+    """One plan per request, in order, against the model's remaining samples (read here if not given)."""
     named = [request.subjects or {} for request in requests]
     if owner_samples is None:
         owner_names = list(dict.fromkeys(o for subjects in named for o in subjects.get("owner_ids", [])))
@@ -94,8 +92,7 @@ def tombstones(
     owners_left: Collection[str],
     budget_epoch: int,
 ) -> list[dict[str, Any]]:
-    """The tombstone rows of an erasure: one per forgotten sample, and one per owner of theirs with no
-    sample left (``owners_left``: those that keep some), each naming the request it is attributed to."""
+    """Tombstone rows: each forgotten sample, and each of their owners not in ``owners_left``."""
     request_of = batch.request_of()
     owner_request = {o: p.request.id for p in batch.plans for o in p.owners}
     emptied = sorted({o for o in forgotten.values() if o} - set(owners_left))

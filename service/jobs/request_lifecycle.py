@@ -1,5 +1,4 @@
-"""A deletion request's states past ``queued`` (row, history, audit event), in the caller's unit of work:
-:func:`mark_applied`, :func:`await_retrain`, :func:`fail_request`."""
+"""A deletion request's states past ``queued`` (row, history, audit event), in the caller's unit of work."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ def mark_applied(
     seq: int,
     *first_events: dict[str, Any],
 ) -> None:
-    """The requests are in version ``seq``; ``first_events`` go to the audit log just before theirs.
-    ``claimed_at``: recorded as their ``applying`` state (None: a retrain's)."""
+    """The requests are in version ``seq`` (``first_events`` logged first; ``claimed_at``: applying)."""
     now = utcnow()
     ids = [r.id for r in requests]
     uow.deletions.set_state(ids, state=RequestState.APPLIED, version_id=version_id)
@@ -69,9 +67,7 @@ def mark_applied(
 def fail_request(
     uow: UnitOfWork, model_id: int, request: DeletionRequest, reason: str, claimed_at: Any = None
 ) -> None:
-    """The request failed for ``reason`` (kept :func:`reason_at_rest`): its subjects are dropped, its
-    callback queued; counted as failed once ``uow`` commits. ``claimed_at``: recorded as its ``applying``
-    state."""
+    """The request failed for ``reason`` (:func:`reason_at_rest`); ``claimed_at``: its ``applying`` state."""
     now = utcnow()
     reason = reason_at_rest(uow, model_id, request, reason)
     request.state = RequestState.FAILED
@@ -123,8 +119,7 @@ def await_retrain(
 def schedule_retrain(
     uow: UnitOfWork, model: Model, reason: str, waiting: Sequence[DeletionRequest] = ()
 ) -> None:
-    """Put the (locked) model in ``retraining`` and queue the retrain job; the ``retrain.scheduled`` event
-    names the reason and the requests ``waiting`` for it."""
+    """Put the (locked) model in ``retraining``, its retrain job queued and ``retrain.scheduled`` logged."""
     model.status, model.phase = ModelState.RETRAINING, "waiting"
     model.progress, model.eta_seconds = 0.0, None
     payload = {"reason": reason, "requests": [r.id for r in waiting], "budget_epoch": model.budget_epoch}

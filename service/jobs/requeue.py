@@ -6,22 +6,18 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from service import metrics
 from service.db.base import utcnow
 from service.faults import disk_full, is_transient, short_cause
+from service.jobs.heartbeat import JobContext
 from service.states import ModelState, VersionKind
-from service.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
 
 INITIAL = VersionKind.INITIAL.value
 """A first training's kind: its ledger entry's, and its label in the training metrics."""
-
-
-class RequeueContext(Protocol):
-    def uow(self) -> UnitOfWork: ...
 
 
 RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0, 16.0, 29.0)  # seconds between looks at the database (60 s in all)
@@ -30,8 +26,7 @@ DISK_FULL_RETRY_SECONDS = 30.0  # a job that could not write waits this long bef
 
 @dataclass
 class Run:
-    """One run of a training (``kind`` INITIAL) or retrain ("retrain") job: ``started_at`` is set once the
-    job claimed the model, ``reason`` is a retrain's, ``low_quality`` whether its fit was flagged."""
+    """One run of a training (``kind`` INITIAL) or retrain job; ``started_at``: when it claimed the model."""
 
     kind: str
     model_id: int
@@ -39,10 +34,8 @@ class Run:
     reason: str | None = None
     low_quality: bool = False
 
-    def retry_later(self, rt: RequeueContext, exc: BaseException) -> None:
-        """Put the model back as it was before this run claimed it with its job queued (after a full disk:
-        due ``DISK_FULL_RETRY_SECONDS`` later), once the database answers within ``RETRY_DELAYS``; else
-        recovery re-queues the stale job."""
+    def retry_later(self, rt: JobContext, exc: BaseException) -> None:
+        """Put the model back as before this run claimed it, its job queued (or left to recovery)."""
         log.warning(
             "the %s of model %s met a transient fault (%s); it runs again",
             "first training" if self.kind == INITIAL else "retrain",
@@ -61,7 +54,7 @@ class Run:
                     raise
         log.warning("model %s: the database did not answer; recovery re-queues its job", self.model_id)
 
-    def _requeue(self, rt: RequeueContext, due: timedelta) -> bool:
+    def _requeue(self, rt: JobContext, due: timedelta) -> bool:
         """The model back to its job's gate, the job queued; False when the model is no longer this run's."""
         with rt.uow() as uow:
             model = uow.models.lock(self.model_id)

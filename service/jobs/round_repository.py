@@ -1,6 +1,4 @@
-"""An update round's transaction on Postgres, pipelined (:mod:`service.db.postgres`): :func:`lock_round`
-locks the model and its queued requests and reads what the round plans on; :func:`record_round` writes the
-round's version, as a retrain writes one through the repositories, and commits."""
+"""An update round's transaction on Postgres, pipelined: :func:`lock_round`, then :func:`record_round`."""
 
 from __future__ import annotations
 
@@ -36,6 +34,7 @@ from service.states import RequestState, VersionKind
 from service.storage.buckets import digests
 from service.storage.refs import COLLECTION_LOCK_KEY
 from unlearning.methods.protocol import ForgetRequest
+from unlearning.privacy.certificate import Certificate
 
 if TYPE_CHECKING:
     from service.jobs.state import BlobCache, KnownManifests, KnownRow
@@ -88,8 +87,7 @@ def lock_round(
     limit: int,
     manifests: KnownManifests | None = None,
 ) -> LockedRound:
-    """Lock the model's row and up to ``limit`` of its queued requests (oldest first); read them, its current
-    version and the named subjects' samples. ``manifests``: re-read only if the row changed since noted."""
+    """Lock the model and up to ``limit`` queued requests (oldest first); read what the round plans on."""
     with conn.pipeline():
         pending = start_lock_round(conn, model_id, limit, manifests)
     return finish_lock_round(session, pending)
@@ -202,7 +200,7 @@ class UnlearnedVersion:
     forgotten: Mapping[str, str]  # sample id -> owner id
     emptied: Collection[str]  # owners named whole with nothing left
     request: ForgetRequest
-    charge: dict[str, Any]  # the ledger entry's budget_unit, budget_cap, charge, spent
+    cert: Certificate  # the ledger entry's charge
     claimed_at: datetime
 
 
@@ -220,9 +218,7 @@ class PendingRecord:
 def start_record_round(
     conn: Connection[Any], model: Model, forgotten: Mapping[str, str], emptied: Collection[str]
 ) -> PendingRecord:
-    """Send in the caller's pipeline what :func:`record_round` reads: the dataset's row and the model
-    chain's head (locked), the new version's id, which owners keep samples, then the commit's lock (after
-    every row lock: no deadlock with a collector). The caller writes the blobs before the pipeline ends."""
+    """Send :func:`record_round`'s reads in the caller's pipeline, the commit's lock after every row lock."""
     undecided = sorted({o for o in forgotten.values() if o} - set(emptied))
     return PendingRecord(
         dataset=conn.execute(_LOCK_DATASET, {"model_id": model.id, "dataset_id": model.dataset_id}),
@@ -265,10 +261,7 @@ def record_round(
     manifests: KnownManifests | None = None,
     while_writing: Callable[[], None] | None = None,
 ) -> RecordedRound:
-    """Write the round's version and what goes with it under the commit's lock (new blobs checked still
-    stored, else ``BlobVanished``); the COMMIT goes with the writes unless ``uow`` has more to commit.
-    ``created_event(version_id, seq)``: the ``version.created`` event; ``manifests``: notes the new
-    manifests; ``while_writing``: run before the COMMIT."""
+    """Write the round's version under the commit's lock (``BlobVanished``: a blob gone), COMMIT if it can."""
     model, previous = unlearned.model, unlearned.previous
     source = _source_dataset(pending.dataset.fetchone(), model)
     version_row = pending.version_id.fetchone()
@@ -329,7 +322,7 @@ def record_round(
         )
         conn.execute(_PURGE_SUPERSEDED, (now, model.id, version_id))
         append_charge(
-            conn, model.id, model.budget_epoch, version_id, unlearned.charge, len(unlearned.forgotten), now
+            conn, model.id, model.budget_epoch, version_id, unlearned.cert, len(unlearned.forgotten), now
         )
         conn.execute(_DELETE_SAMPLES, (model.id, array_literal(unlearned.forgotten)))
         conn.execute(
@@ -350,7 +343,10 @@ def record_round(
         completion = None
         if uow.send_commit(conn, begin_next=True):
             completion = start_completion(conn, model.id, version)
-    _point_model(model, version_id, release)
+    # the loaded model row as written, not marked changed (a flush must not write it again)
+    set_committed_value(model, "current_version_id", version_id)
+    for column in ("training", "train_size", "statistics"):
+        set_committed_value(model, column, getattr(release, column))
     moved = moved_cur.fetchone()
     if manifests is not None and moved is not None:
         manifests.note(model.id, str(moved[0]), written)
@@ -394,11 +390,3 @@ def _move_dataset(
     erased = source.erased_rows + max(source.num_rows - remaining, 0)
     conn.execute(_MOVE_DATASET, (manifest_text(arrays), remaining, erased, dataset_id))
     return old - new
-
-
-def _point_model(model: Model, version_id: int, release: Release) -> None:
-    """The loaded model row as written, not marked changed (a flush must not write it again)."""
-    set_committed_value(model, "current_version_id", version_id)
-    set_committed_value(model, "training", release.training)
-    set_committed_value(model, "train_size", release.train_size)
-    set_committed_value(model, "statistics", release.statistics)

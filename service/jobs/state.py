@@ -1,6 +1,5 @@
-"""Storing the parts of a ``MethodState`` and putting them back together, method-agnostic: weights as
-blobs named by the version row, accounting as its JSON; per-sample statistics in Redis (reads) and
-owner-hashed buckets (durability), training arrays in owner-hashed buckets, both named by the model row."""
+"""Storing a ``MethodState``'s parts and putting them back together: weights as blobs and accounting as JSON
+(version row); statistics in Redis and owner-hashed buckets, training arrays in buckets (model row)."""
 
 from __future__ import annotations
 
@@ -32,7 +31,14 @@ from service.storage.buckets import (
 )
 from service.storage.hot import HotStore
 from service.storage.statistics import RedisSampleStatistics
-from service.storage.tensors import decode_artifact, decode_weights
+from service.storage.tensors import (
+    TORCH_DTYPES,
+    array_of,
+    decode_artifact,
+    decode_weights,
+    dtype_name,
+    tensor_of,
+)
 from service.subjects import HashedIdSet, SubjectHasher
 from service.uow import UnitOfWork
 from unlearning.data import Dataset
@@ -45,9 +51,8 @@ MAX_ASSEMBLED = 4  # whole datasets and graphs a BlobCache holds: a worker's job
 
 
 class BlobCache:
-    """Decoded blobs, LRU, thread-safe, bounded by ``max_bytes`` (estimated footprints) and ``max_assembled``
-    whole datasets or graphs. A value expires ``ttl_seconds`` after loading and goes at once when its blob
-    is deleted (:meth:`forget`): an erased subject's bytes leave memory within the TTL."""
+    """Decoded blobs, LRU, thread-safe, bounded by ``max_bytes`` and ``max_assembled`` whole datasets; a value
+    expires ``ttl_seconds`` after loading, or at once when its blob is deleted (:meth:`forget`)."""
 
     def __init__(
         self,
@@ -284,25 +289,29 @@ def policy_kwargs(fn: Callable[..., Any], policy: BudgetPolicy) -> dict[str, Any
 def write_statistics(
     artifacts: ArtifactStore, snapshot: StatisticsSnapshot, max_buckets: int
 ) -> dict[str, Any]:
-    """Write the per-sample vectors as buckets; returns the manifest stored in ``models.statistics``."""
-    vectors = snapshot.vectors.detach().cpu().numpy()
+    """Write the per-sample vectors as buckets (in their dtype: bfloat16 as its bits); returns the manifest
+    stored in ``models.statistics``."""
+    vectors = snapshot.vectors
     return write_buckets(
         artifacts,
         snapshot.sample_ids,
         snapshot.owner_ids,
-        {"vectors": vectors},
+        {"vectors": array_of(vectors)},
         bucket_count(snapshot.owner_ids, max_buckets),
         dim=int(vectors.shape[1]),
-        dtype=str(vectors.dtype),
+        dtype=dtype_name(vectors.dtype),
     )
 
 
 def read_statistics(cache: BlobCache, manifest: Mapping[str, Any]) -> StatisticsSnapshot:
     rows = read_rows(cache.bucket, manifest)
     vectors = rows.arrays.get("vectors")
+    dtype = str(manifest["dtype"])
     if vectors is None:
-        vectors = np.zeros((0, int(manifest["dim"])), dtype=np.dtype(manifest["dtype"]))
-    return StatisticsSnapshot(tuple(rows.sample_ids), tuple(rows.owner_ids), torch.from_numpy(vectors))
+        tensor = torch.zeros((0, int(manifest["dim"])), dtype=TORCH_DTYPES[dtype])
+    else:
+        tensor = tensor_of(vectors, dtype)
+    return StatisticsSnapshot(tuple(rows.sample_ids), tuple(rows.owner_ids), tensor)
 
 
 def load_hot_statistics(

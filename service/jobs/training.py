@@ -1,6 +1,4 @@
-"""Training (the first version of a model) and retraining (a new budget epoch). No lock is held while
-fitting (the model's status keeps updates away); the result is recorded in one transaction under the
-model lock."""
+"""Training and retraining: no lock while fitting, the result recorded under the model lock."""
 
 from __future__ import annotations
 
@@ -18,8 +16,8 @@ from service.audit.service import model_chain
 from service.db.base import utcnow
 from service.db.tables import Model, ModelVersion
 from service.faults import is_transient, short_cause
-from service.graphs.erasure import departed, retrain_graph
-from service.graphs.storage import is_graph, sample_count
+from service.graphs.erasure import after_present, departed
+from service.graphs.storage import is_graph, sample_count, write_graph
 from service.jobs.completion import collect_garbage, finish
 from service.jobs.context import UpdateContext
 from service.jobs.job_guard import GuardedProgress, JobCanceled, job_estimate
@@ -39,14 +37,11 @@ from unlearning.tables.quality import QualityReport, quality_problem
 
 log = logging.getLogger(__name__)
 
-TrainingContext = UpdateContext  # the runtime a training or retraining uses (the same as an update's)
-
 
 def _fit(
-    rt: TrainingContext, model: Model, training: dict[str, Any], seed: int
+    rt: UpdateContext, model: Model, training: dict[str, Any], seed: int
 ) -> tuple[MethodState, Certificate, int]:
-    """Fit on the arrays ``training`` names, under the job's guard: (state, certificate, sample count).
-    RuntimeError if the certificate does not verify; :class:`JobCanceled` or :class:`JobTimedOut`."""
+    """Fit on ``training`` under the job's guard: (state, certificate, sample count), certificate verified."""
     dataset = rt.cache.dataset(training)
     method = get_method(model.method)
     policy = policy_of(model)
@@ -70,22 +65,20 @@ def _quality(state: MethodState, run: Run) -> QualityReport | None:
 
 
 def _count(run: Run, outcome: Counter) -> None:
-    """Count how ``run`` ended (``outcome``: its child of ``lethe_trainings_total``), and its fit if of low
-    quality; called once the outcome is committed, so a run rolled back, or run again, counts once."""
+    """Count how ``run`` ended (and a low-quality fit), once committed: a run rolled back counts once."""
     outcome.inc()
     if run.low_quality:
         metrics.LOW_QUALITY.labels(run.kind).inc()
 
 
 def _release(
-    rt: TrainingContext,
+    rt: UpdateContext,
     run: Run,
     started: float,
     write: Callable[[], Release],
     record: Callable[[Release], int | None],
 ) -> None:
-    """``record(write())``, then the version is finished. Nothing is finished if ``write`` failed (the
-    model's error) or ``record`` found the model changed; BlobVanished runs both again."""
+    """``record(write())`` (again on BlobVanished), then the version is finished, if ``record`` made one."""
     model_id, initial = run.model_id, run.kind == INITIAL
 
     def attempt() -> int | None:
@@ -111,7 +104,7 @@ def _release(
     refresh_planner_statistics(rt)
 
 
-def _discard_if_deleted(rt: TrainingContext, model_id: int, release: Release) -> None:
+def _discard_if_deleted(rt: UpdateContext, model_id: int, release: Release) -> None:
     """If the model was deleted meanwhile, collect the release's blobs that nothing holds now."""
     with rt.uow() as uow:
         model = uow.models.get(model_id)
@@ -121,7 +114,7 @@ def _discard_if_deleted(rt: TrainingContext, model_id: int, release: Release) ->
         uow.commit()
 
 
-def refresh_planner_statistics(rt: TrainingContext) -> None:
+def refresh_planner_statistics(rt: UpdateContext) -> None:
     """:meth:`UnitOfWork.refresh_planner_statistics` in its own transaction; a failure is only logged."""
     try:
         with rt.uow() as uow:
@@ -131,14 +124,13 @@ def refresh_planner_statistics(rt: TrainingContext) -> None:
         log.warning("could not refresh the planner's statistics after training", exc_info=True)
 
 
-def _stale(rt: TrainingContext, model: Model) -> bool:
+def _stale(rt: UpdateContext, model: Model) -> bool:
     """Whether the model's job is presumed dead (service.jobs.heartbeat)."""
     return model.updated_at < utcnow() - timedelta(seconds=rt.settings.job_heartbeat_timeout_seconds)
 
 
-def _requeue_if_transient(rt: TrainingContext, run: Run, job: Callable[[], None]) -> None:
-    """``job()``; a transient fault (:func:`service.faults.is_transient`) fails nothing: the job is
-    queued again (:class:`Run`)."""
+def _requeue_if_transient(rt: UpdateContext, run: Run, job: Callable[[], None]) -> None:
+    """``job()``; a transient fault fails nothing: the job is queued again (:meth:`Run.retry_later`)."""
     try:
         job()
     except Exception as exc:
@@ -148,8 +140,7 @@ def _requeue_if_transient(rt: TrainingContext, run: Run, job: Callable[[], None]
 
 
 def _failure(kind: str, model_id: int, exc: BaseException, failed: str) -> str | None:
-    """Why the (re)training failed (``failed``: "training failed" or "retraining failed"), logged; None
-    when the model was deleted meanwhile (counted as canceled: no transaction records it)."""
+    """Why the (re)training failed, logged; None when the model was deleted meanwhile (counted canceled)."""
     if isinstance(exc, JobCanceled):
         log.info("the %s of model %s stopped: the model was deleted", kind, model_id)
         metrics.TRAININGS.labels(kind, "canceled").inc()
@@ -164,16 +155,13 @@ def _failure(kind: str, model_id: int, exc: BaseException, failed: str) -> str |
     return reason
 
 
-# -- training -----------------------------------------------------------------------------------
-
-
-def train_model(rt: TrainingContext, model_id: int) -> None:
+def train_model(rt: UpdateContext, model_id: int) -> None:
     """Fit the model's first version (a model ``queued``, or ``training`` and stale)."""
     run = Run(INITIAL, model_id)
     _requeue_if_transient(rt, run, lambda: _train(rt, run))
 
 
-def _train(rt: TrainingContext, run: Run) -> None:
+def _train(rt: UpdateContext, run: Run) -> None:
     model_id = run.model_id
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
@@ -212,7 +200,7 @@ def _train(rt: TrainingContext, run: Run) -> None:
 
 
 def _record_training(
-    rt: TrainingContext, model_id: int, release: Release, certificate: Certificate
+    rt: UpdateContext, model_id: int, release: Release, certificate: Certificate
 ) -> int | None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
@@ -238,9 +226,8 @@ def _record_training(
         return _serve(rt, uow, model, version, release)
 
 
-def _fail_training(rt: TrainingContext, run: Run, exc: BaseException) -> None:
-    """The model cannot serve: record why, and fail the deletions waiting for it (nothing to apply them to);
-    counted once committed (not when the model was deleted meanwhile)."""
+def _fail_training(rt: UpdateContext, run: Run, exc: BaseException) -> None:
+    """The model cannot serve: record why, and fail the deletions waiting for it (counted once committed)."""
     model_id = run.model_id
     reason = _failure(run.kind, model_id, exc, "training failed")
     if reason is None:
@@ -261,18 +248,13 @@ def _fail_training(rt: TrainingContext, run: Run, exc: BaseException) -> None:
         uow.commit()
 
 
-# -- retraining ---------------------------------------------------------------------------------
-
-
-def retrain_model(rt: TrainingContext, model_id: int, reason: str | None = None) -> None:
-    """Retrain on the remaining data without every waiting request's subjects; start a new budget epoch.
-    Runs only for a model in ``retraining`` (phase ``waiting``, or stale), with requests waiting or a
-    ``Model.retrain_reason``."""
+def retrain_model(rt: UpdateContext, model_id: int, reason: str | None = None) -> None:
+    """Retrain a model ``retraining`` without its waiting requests' subjects, in a new budget epoch."""
     run = Run("retrain", model_id, reason=reason)
     _requeue_if_transient(rt, run, lambda: _retrain(rt, run, reason))
 
 
-def _retrain(rt: TrainingContext, run: Run, reason: str | None) -> None:
+def _retrain(rt: UpdateContext, run: Run, reason: str | None) -> None:
     model_id = run.model_id
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
@@ -343,81 +325,66 @@ def _retrain(rt: TrainingContext, run: Run, reason: str | None) -> None:
         return release_after_fit(rt.artifacts, state, certificate, manifest, size, max_buckets)
 
     def record(release: Release) -> int | None:
-        return _record_retrain(
-            rt, model_id, release, certificate, training, batch, forgotten, forget_request, epoch, reason
-        )
+        with rt.uow() as uow:
+            model = uow.models.lock(model_id)
+            if model is None or model.status != ModelState.RETRAINING or model.training != training:
+                return None
+            requests = uow.deletions.in_states(model_id, [RequestState.RETRAINING])
+            applied = Batch([p for p in batch.plans if p.request.id in {r.id for r in requests}])
+            for plan in applied.plans:
+                plan.request = next(r for r in requests if r.id == plan.request.id)
+            garbage = erase_from_source(
+                uow,
+                rt.cache,
+                model,
+                forgotten,
+                old_training=training,
+                new_training=release.training,
+                request=forget_request,
+            )
+            version = record_version(
+                uow,
+                model,
+                release,
+                kind=VersionKind.RETRAINED,
+                budget_epoch=epoch,
+                num_forgotten=len(forgotten),
+                request_count=len(requests),
+                garbage=garbage,
+            )
+            model.budget_epoch = epoch
+            _ledger(
+                uow, model, version.id, certificate, kind="retrain", reason=reason, deletions=len(forgotten)
+            )
+            # Tombstones belong to the epoch that ended: the new epoch starts with nothing forgotten.
+            record_erasure(rt, uow, model, applied, dict(forgotten), budget_epoch=epoch - 1)
+            completed = {
+                "event_type": "retrain.completed",
+                "model_id": model_id,
+                "request_id": None,
+                "version_id": version.id,
+                "payload": {
+                    "seq": version.seq,
+                    "budget_epoch": epoch,
+                    "reason": reason,
+                    "forgotten": len(forgotten),
+                    "train_size": release.train_size,
+                    "weights_sha256": release.released_blob,
+                },
+            }
+            mark_applied(uow, model_id, requests, version.id, None, version.seq, completed)
+            return _serve(rt, uow, model, version, release)
 
     _release(rt, run, started, write, record)
 
 
 def _remaining(
-    rt: TrainingContext, training: dict[str, Any], request: ForgetRequest, forgotten: Mapping[str, str]
+    rt: UpdateContext, training: dict[str, Any], request: ForgetRequest, forgotten: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The manifest of the data a retrain fits on (written to the artifact store)."""
-    if is_graph(training):  # graph datasets (service.graphs): the graph without the waiting items
-        return retrain_graph(rt.artifacts, rt.cache, training, request)
+    """The manifest of the data a retrain fits on (graphs: without the waiting requests' items)."""
+    if is_graph(training):
+        return write_graph(rt.artifacts, after_present(rt.cache.dataset(training), request))
     return rt.cache.drop_rows(training, forgotten)[0]
-
-
-def _record_retrain(
-    rt: TrainingContext,
-    model_id: int,
-    release: Release,
-    certificate: Certificate,
-    training: dict[str, Any],
-    batch: Batch,
-    forgotten: dict[str, str],
-    forget_request: ForgetRequest,
-    epoch: int,
-    reason: str,
-) -> int | None:
-    with rt.uow() as uow:
-        model = uow.models.lock(model_id)
-        if model is None or model.status != ModelState.RETRAINING or model.training != training:
-            return None
-        requests = uow.deletions.in_states(model_id, [RequestState.RETRAINING])
-        batch = Batch([p for p in batch.plans if p.request.id in {r.id for r in requests}])
-        for plan in batch.plans:
-            plan.request = next(r for r in requests if r.id == plan.request.id)
-        garbage = erase_from_source(
-            uow,
-            rt.cache,
-            model,
-            forgotten,
-            old_training=training,
-            new_training=release.training,
-            request=forget_request,
-        )
-        version = record_version(
-            uow,
-            model,
-            release,
-            kind=VersionKind.RETRAINED,
-            budget_epoch=epoch,
-            num_forgotten=len(forgotten),
-            request_count=len(requests),
-            garbage=garbage,
-        )
-        model.budget_epoch = epoch
-        _ledger(uow, model, version.id, certificate, kind="retrain", reason=reason, deletions=len(forgotten))
-        # Tombstones belong to the epoch that ended: the new epoch starts with nothing forgotten.
-        record_erasure(rt, uow, model, batch, dict(forgotten), budget_epoch=epoch - 1)
-        completed = {
-            "event_type": "retrain.completed",
-            "model_id": model_id,
-            "request_id": None,
-            "version_id": version.id,
-            "payload": {
-                "seq": version.seq,
-                "budget_epoch": epoch,
-                "reason": reason,
-                "forgotten": len(forgotten),
-                "train_size": release.train_size,
-                "weights_sha256": release.released_blob,
-            },
-        }
-        mark_applied(uow, model_id, requests, version.id, None, version.seq, completed)
-        return _serve(rt, uow, model, version, release)
 
 
 def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:
@@ -427,7 +394,7 @@ def _last_reason(uow: UnitOfWork, requests: list[Any]) -> str | None:
     return None
 
 
-def _fail_retrain(rt: TrainingContext, run: Run, exc: BaseException) -> None:
+def _fail_retrain(rt: UpdateContext, run: Run, exc: BaseException) -> None:
     """The old version keeps serving; the waiting requests fail with the reason (counted once committed)."""
     model_id = run.model_id
     reason = _failure(run.kind, model_id, exc, "retraining failed")
@@ -448,9 +415,6 @@ def _fail_retrain(rt: TrainingContext, run: Run, exc: BaseException) -> None:
         )
         uow.outbox.add("apply_deletions", {"model_id": model_id}, dedupe_key=f"apply:{model_id}")
         uow.commit()
-
-
-# -- shared -------------------------------------------------------------------------------------
 
 
 def _ready(model: Model) -> None:
@@ -485,11 +449,8 @@ def _ledger(
     )
 
 
-def _serve(
-    rt: TrainingContext, uow: UnitOfWork, model: Model, version: ModelVersion, release: Release
-) -> int:
-    """The model ready on ``version``, its updates queued, committed; Redis gets the version's statistics
-    first, under the model lock (a failed commit leaves Redis at a seq Postgres lacks: rebuilt)."""
+def _serve(rt: UpdateContext, uow: UnitOfWork, model: Model, version: ModelVersion, release: Release) -> int:
+    """The model ready on ``version``, its updates queued, committed (Redis statistics loaded first)."""
     _ready(model)
     uow.session.flush()
     if release.statistics is not None:

@@ -1,7 +1,4 @@
-"""One deletion update round, in one transaction under the model lock: the queued requests (oldest first,
-up to ``max_batch``) whose prefix the budget allows go through one ``method.forget`` into one new version
-(a request the method rejects fails alone; the rest wait for a retrain); then the version is completed
-(:mod:`service.jobs.completion`), in the transaction the round's COMMIT began when it could."""
+"""One deletion update round under the model lock: the requests the budget allows, forgotten together."""
 
 from __future__ import annotations
 
@@ -57,8 +54,7 @@ class _Forgot:
 
 
 class RoundTransaction:
-    """The unit of work of an update round (a new one, or the previous round's, continued with this round's
-    lock started); as a context manager, ended on exit unless continued into the next round."""
+    """An update round's unit of work (new, or the previous round's), ended on exit unless continued."""
 
     def __init__(
         self, uow: UnitOfWork, entered: bool = False, pending_lock: PendingRoundLock | None = None
@@ -102,8 +98,7 @@ class Round:
 
 
 def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction | None = None) -> Round:
-    """One update round: drain up to ``max_batch`` of the model's queued requests into one version.
-    ``transaction``: the previous round's :attr:`Round.next_transaction` (None: a new one)."""
+    """One update round: up to ``max_batch`` queued requests into one version (``transaction``: continued)."""
     started = time.perf_counter()
     round_transaction = transaction if transaction is not None else RoundTransaction(rt.uow())
     with round_transaction as uow:
@@ -130,11 +125,11 @@ def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction 
         noise_seed = derive_seed(model.seed, "noise", model_id, version.seq + 1)
         forgot = _forget(method, model, state, stats, take, noise_seed, remaining)
         if forgot.outcome is not None and (over := _over_budget(forgot.outcome)):
-            # The method's own budget check let through what its certificate says exceeds the cap:
-            # never ledger it; the requests wait for a retrain like any over-budget request.
+            # over the cap by its own certificate: never ledgered, the requests wait for a retrain
             wait, reason = [*forgot.batch.plans, *wait], over
             forgot = _Forgot(Batch([]), None, forgot.failed)
-        if forgot.outcome is not None and (problem := _unverified(method, forgot.outcome)):
+        if forgot.outcome is not None and (problems := method.verify_certificate(forgot.outcome.certificate)):
+            problem = "the certificate of this update did not verify: " + "; ".join(problems)
             failed = {p.request.id: problem for p in forgot.batch.plans}
             forgot = _Forgot(Batch([]), None, failed | forgot.failed)
         for plan in take:
@@ -149,8 +144,7 @@ def apply_batch(rt: UpdateContext, model_id: int, transaction: RoundTransaction 
             )
             finished = recorded.version
             if recorded.completion is not None:
-                # Committed with its writes: the completion goes on in this unit of work, and starts the
-                # next round's lock in the transaction its own COMMIT begins.
+                # committed with its writes: the completion goes on here, starting the next round's lock
                 _observe_round(started, requests)
                 next_lock = complete_in_round_transaction(
                     rt,
@@ -183,8 +177,7 @@ def _observe_round(started: float, requests: Sequence[DeletionRequest]) -> None:
 def _budget_prefix(
     method: UnlearningMethod, model: Model, state: MethodState, plans: list[RequestPlan]
 ) -> tuple[list[RequestPlan], list[RequestPlan], str | None]:
-    """The longest prefix of ``plans`` the budget allows, the requests that must wait (every one after
-    the first that must), and why."""
+    """The longest prefix of ``plans`` the budget allows, the requests that must wait, and why."""
     privacy, policy = privacy_of(model), policy_of(model)
     covered: set[str] = set()
     for i, plan in enumerate(plans):
@@ -257,13 +250,6 @@ def _over_budget(outcome: ForgetOutcome) -> str | None:
     return None
 
 
-def _unverified(method: UnlearningMethod, outcome: ForgetOutcome) -> str | None:
-    problems = method.verify_certificate(outcome.certificate)
-    if problems:
-        return "the certificate of this update did not verify: " + "; ".join(problems)
-    return None
-
-
 def _record_update(
     rt: UpdateContext,
     uow: UnitOfWork,
@@ -280,8 +266,7 @@ def _record_update(
         planned = {**planned, **stats.staged}
     forgotten = {sid: planned.get(sid, "") for sid in outcome.forgotten_ids}
     if unplanned := [sid for sid, owner in forgotten.items() if not owner]:
-        # A sample the plan did not name (a collection graph whose last nodes went): its owner's
-        # tombstone is written too (a later request naming that owner is a 409, not an unknown subject).
+        # a sample the plan did not name (a graph whose last nodes went): its owner is tombstoned too
         forgotten.update(uow.models.owners_of(model.id, unplanned))
     if set(forgotten) != set(batch.samples):
         named = len(batch.samples)
@@ -291,13 +276,6 @@ def _record_update(
     cert = outcome.certificate
     request = batch.forget_request()  # graphs: the stored graph loses exactly these items (service.graphs)
     emptied = emptied_owners(batch, forgotten)
-
-    charge = {
-        "budget_unit": cert.budget_unit,
-        "budget_cap": cert.budget_cap,
-        "charge": cert.charge,
-        "spent": cert.budget_spent,
-    }
 
     def created(version_id: int, seq: int) -> dict[str, Any]:
         return {
@@ -347,7 +325,7 @@ def _record_update(
             previous_artifacts=previous.artifacts,
         )
     unlearned = UnlearnedVersion(
-        model, previous, release, batch, forgotten, emptied, request, charge, claimed_at
+        model, previous, release, batch, forgotten, emptied, request, cert, claimed_at
     )
     return record_round(
         conn, uow, rt.cache, rt.hasher, unlearned, pending, created, rt.manifests, move_hot_statistics

@@ -1,5 +1,4 @@
-"""Writing a new model version: blobs before the transaction (a rollback leaves only unreferenced files),
-rows and references inside it; blobs losing their last reference go to ``model_versions.garbage``."""
+"""Writing a model version: blobs before the transaction, rows and references inside it (garbage listed)."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ def write_state(
     state: MethodState,
     stored: Callable[[str, torch.Tensor], str | None] | None = None,
 ) -> tuple[str, str, dict[str, Any], dict[str, str]]:
-    """The weights and the method's own tensors: (released, clean, spec, artifacts). ``stored(name,
-    tensor)``: the digest of a blob already holding that tensor (the previous version's), else None."""
+    """Write (released, clean, spec, artifacts); ``stored(name, tensor)``: a blob holding it already."""
     spec = state.model.to_dict() if hasattr(state.model, "to_dict") else dict(state.model)
     released = artifacts.put(encode_weights(state.released_weights, spec))
     # A release without noise (sigma 0, the audited mode) is the clean tensor itself: one blob, encoded once.
@@ -94,8 +92,7 @@ def release_after_forget(
     whole_owners: Collection[str] = (),
     previous_artifacts: Mapping[str, str] | None = None,
 ) -> Release:
-    """The release after a forget of ``forgotten`` (sample id -> owner id; ``whole_owners``: owners with no
-    sample left; graphs apply ``request``). ``staged``: only the statistics buckets touched are rewritten."""
+    """The release after forgetting ``forgotten`` (``staged``: only the buckets touched are rewritten)."""
     previous = previous_artifacts or {}
 
     def stored(name: str, tensor: torch.Tensor) -> str | None:  # unchanged by the forget: not stored again
@@ -136,11 +133,6 @@ def version_blobs(version: ModelVersion) -> set[str]:
     return {b for b in (version.released_blob, version.clean_blob) if b} | set(version.artifacts.values())
 
 
-def _held_by_model(model: Model, version: ModelVersion | None) -> set[str]:
-    held = digests(model.training) | digests(model.statistics)
-    return held | version_blobs(version) if version is not None else held
-
-
 def record_version(
     uow: UnitOfWork,
     model: Model,
@@ -152,10 +144,11 @@ def record_version(
     request_count: int,
     garbage: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> ModelVersion:
-    """Insert the version, point the model at it, purge superseded versions' weights (rows stay); blobs the
-    model stops holding, and ``garbage``, become the version's garbage."""
+    """Insert the version, point the model at it, purge superseded weights; what it drops is garbage."""
     previous = uow.models.version(model.current_version_id) if model.current_version_id is not None else None
-    old = _held_by_model(model, previous)
+    old = (
+        digests(model.training) | digests(model.statistics) | (version_blobs(previous) if previous else set())
+    )
     new = blobs_of(release)
     released = uow.refs.release(model_holder(model.id), old - new)
     uow.refs.hold(model_holder(model.id), new - old)
@@ -177,13 +170,6 @@ def record_version(
     model.statistics = release.statistics
     uow.models.purge_superseded(model.id, version.id, utcnow())
     return version
-
-
-def serving_version(uow: UnitOfWork, version: ModelVersion, current_id: int) -> ModelVersion:
-    """``version``, or the model's current one (``current_id``) if newer."""
-    if current_id == version.id:
-        return version
-    return uow.models.version(current_id) or version
 
 
 def version_of(
@@ -256,8 +242,7 @@ def dataset_arrays_after(
     new_training: Mapping[str, Any] | None,
     request: ForgetRequest | None = None,
 ) -> dict[str, Any] | None:
-    """The dataset manifest without ``forgotten`` (None if empty); sharing the model's old buckets, it takes
-    the new ones (nothing written twice)."""
+    """The dataset manifest without ``forgotten`` (None if empty); shared with the model: its new buckets."""
     if is_graph(arrays):  # graph datasets (service.graphs): the graph loses the same items
         return graph_after_erasure(
             cache, arrays, request, old_training=old_training, new_training=new_training

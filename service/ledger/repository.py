@@ -1,5 +1,4 @@
-"""SQL for the privacy ledger, the one writer of ``ledger_entries``: :meth:`LedgerRepository.add` on the
-session, :func:`append_charge` on a deletion round's pipelined connection."""
+"""SQL for the privacy ledger, the one writer of ``ledger_entries`` (session, or a round's connection)."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from service.db.base import table
 from service.db.tables import LedgerEntry, ModelVersion
+from unlearning.privacy.certificate import Certificate
 
 _INSERT = insert(table(LedgerEntry))
 _CHARGE = """
@@ -26,17 +26,13 @@ def append_charge(
     model_id: int,
     budget_epoch: int,
     version_id: int,
-    charge: dict[str, Any],
+    cert: Certificate,
     deletions: int,
     at: datetime,
 ) -> None:
-    """Append a deletion round's charge (``charge``: budget_unit, budget_cap, charge, spent) in the
-    caller's transaction; the CHECK ``spent <= budget_cap`` fails the transaction if it is exceeded."""
-    conn.execute(
-        _CHARGE,
-        (model_id, budget_epoch, version_id, charge["budget_unit"], charge["budget_cap"], charge["charge"],
-         charge["spent"], deletions, at),
-    )  # fmt: skip
+    """Append a round's charge (``cert``'s); the CHECK ``spent <= budget_cap`` fails the transaction."""
+    charge = (cert.budget_unit, cert.budget_cap, cert.charge, cert.budget_spent)
+    conn.execute(_CHARGE, (model_id, budget_epoch, version_id, *charge, deletions, at))
 
 
 class LedgerRepository:

@@ -6,6 +6,8 @@ from service.db.tables import Model
 from service.ledger.schemas import BudgetOut, LedgerEntryOut, RetrainOut
 from service.uow import UnitOfWork
 
+_ROW_FIELDS = ("budget_epoch", "kind", "version_seq", "charge", "spent", "deletions", "reason")
+
 
 def budget(uow: UnitOfWork, model: Model) -> BudgetOut:
     entries = uow.ledger.entries(model.id)
@@ -19,17 +21,7 @@ def budget(uow: UnitOfWork, model: Model) -> BudgetOut:
         remaining=max(current.budget_cap - current.spent, 0.0) if current else None,
         release_mode=model.release_mode,
         charges=[
-            LedgerEntryOut(
-                budget_epoch=e.budget_epoch,
-                kind=e.kind,
-                version_seq=e.version_seq,
-                charge=e.charge,
-                spent=e.spent,
-                cap=e.budget_cap,
-                deletions=e.deletions,
-                reason=e.reason,
-                at=e.created_at,
-            )
+            LedgerEntryOut(**{k: getattr(e, k) for k in _ROW_FIELDS}, cap=e.budget_cap, at=e.created_at)
             for e in entries
         ],
         retrains=[

@@ -1,6 +1,4 @@
-"""Deleting a model in two transactions, so no request completes while its subject's bytes remain:
-:func:`retire` (references released, samples deleted), then :func:`erase_retired` (idempotent: blobs
-unlinked, waiting requests completed). Its history stays; the source dataset keeps its own arrays."""
+"""Deleting a model in two transactions, so no request completes while its subject's bytes remain."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from service import metrics
 from service.audit.repository import ChainHead
 from service.audit.service import model_chain
 from service.db.base import utcnow
-from service.db.tables import DeletionRequest, Model
+from service.db.tables import DeletionRequest
 from service.errors import NotFound
 from service.jobs.completion import collect_garbage
 from service.jobs.context import CompletionContext
@@ -26,16 +24,13 @@ WAITING = (RequestState.QUEUED, RequestState.AWAITING_RETRAIN, RequestState.RETR
 """Request states that a deleted model answers: the subject is gone with the model."""
 
 
-RetirementContext = CompletionContext  # what retiring a model uses of the process's runtime
-
-
-def delete_model(rt: RetirementContext, model_id: int) -> None:
+def delete_model(rt: CompletionContext, model_id: int) -> None:
     """Both steps; deleting a deleted model again is a no-op (the erase step runs again, harmlessly)."""
     retire(rt, model_id)
     erase_retired(rt, model_id)
 
 
-def retire(rt: RetirementContext, model_id: int) -> None:
+def retire(rt: CompletionContext, model_id: int) -> None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None:
@@ -58,13 +53,15 @@ def retire(rt: RetirementContext, model_id: int) -> None:
     metrics.MODELS_DELETED.inc()
 
 
-def erase_retired(rt: RetirementContext, model_id: int) -> None:
+def erase_retired(rt: CompletionContext, model_id: int) -> None:
     with rt.uow() as uow:
         model = uow.models.lock(model_id)
         if model is None or model.status != ModelState.DELETED:
             return
         rt.hot.retire(model_id)  # under the lock, before the waiting requests can count as completed
-        blobs = _named_blobs(uow, model)
+        blobs = digests(model.training) | digests(model.statistics)  # every blob its rows still name
+        for version in uow.models.versions(model.id, limit=1_000_000):
+            blobs |= version_blobs(version) | set(version.garbage or [])
         purged = utcnow()
         waiting = uow.deletions.in_states(model_id, WAITING)
         # every row lock before the collection lock
@@ -78,14 +75,6 @@ def erase_retired(rt: RetirementContext, model_id: int) -> None:
         uow.commit()
     for at in received:
         metrics.observe_completed(at, now)
-
-
-def _named_blobs(uow: UnitOfWork, model: Model) -> set[str]:
-    """Every blob the model's row and its versions' rows still name (released in step 1)."""
-    names = digests(model.training) | digests(model.statistics)
-    for version in uow.models.versions(model.id, limit=1_000_000):
-        names |= version_blobs(version) | set(version.garbage or [])
-    return names
 
 
 def _complete(

@@ -1,5 +1,4 @@
-"""Retraining on request (``POST /v1/models/{id}/retrain``): a budget-driven retrain's job, the caller's
-reason in its ledger entry and events."""
+"""Retraining on request (``POST /v1/models/{id}/retrain``), the caller's reason in the ledger and events."""
 
 from __future__ import annotations
 

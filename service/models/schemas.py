@@ -146,9 +146,7 @@ class VersionList(BaseModel):
 
 class PredictIn(Strict):
     instances: list[list[float]] = Field(
-        default_factory=list,
-        max_length=1000,
-        description="Rows of flattened features (row-major for images)",
+        default_factory=list, max_length=1000, description="Rows of flattened features (row-major for images)"
     )
     sample_ids: list[SubjectId] = Field(
         default_factory=list,

@@ -54,6 +54,8 @@ from unlearning.models.nets import check_mlp_size, hidden_widths
 from unlearning.serialization import json_restore
 from unlearning.tables.quality import QualityReport
 
+_COPIED = ("seq", "budget_epoch", "num_forgotten", "request_count", "train_size", "certificate", "created_at")
+
 
 def list_methods() -> list[MethodOut]:
     """Every method as the library declares it, restricted to the families ``ModelIn.family`` allows."""
@@ -87,56 +89,54 @@ def register(uow: UnitOfWork, cache: BlobCache, body: ModelIn, limits: JobLimits
     """Validate the registration (422), insert the model and queue its training; the caller commits."""
     try:
         method = get_method(body.method)
-    except UnlearningError as exc:
-        raise from_unlearning_error(exc) from exc
-    defaults = method.default_config()
-    _check_family(body)
-    unknown = sorted(set(body.hyperparameters) - set(defaults) - {"family"})
-    if unknown:
-        raise Unprocessable(
-            f"unknown hyperparameter(s) {unknown} for method {body.method!r}; it takes {sorted(defaults)}",
-            code="invalid_config",
-        )
-    _check_types(defaults, body.hyperparameters)
-    if body.release_mode not in method.release_modes():
-        raise Unprocessable(
-            f"method {body.method!r} releases only in {list(method.release_modes())} mode, not "
-            f"{body.release_mode!r}: choose another release_mode or a method that certifies (GET /v1/methods)",
-            code="invalid_config",
-        )
-    config = {**defaults, **body.hyperparameters, "family": body.family}
-    try:
+        defaults = method.default_config()
+        _check_family(body)
+        unknown = sorted(set(body.hyperparameters) - set(defaults) - {"family"})
+        if unknown:
+            raise Unprocessable(
+                f"unknown hyperparameter(s) {unknown} for method {body.method!r}; it takes "
+                f"{sorted(defaults)}",
+                code="invalid_config",
+            )
+        _check_types(defaults, body.hyperparameters)
+        if body.release_mode not in method.release_modes():
+            raise Unprocessable(
+                f"method {body.method!r} releases only in {list(method.release_modes())} mode, not "
+                f"{body.release_mode!r}: choose another release_mode or a method that certifies "
+                "(GET /v1/methods)",
+                code="invalid_config",
+            )
+        config = {**defaults, **body.hyperparameters, "family": body.family}
         method.check_config(config)
         target = PrivacyTarget(body.privacy.epsilon, body.privacy.delta, body.release_mode)
         BudgetPolicy(**body.budget_policy.model_dump())
+        dataset = uow.datasets.lock(body.dataset_id)  # locked: an erasure cannot swap its arrays under us
+        if dataset is None:
+            raise Unprocessable(
+                f"dataset {body.dataset_id} does not exist: upload one with POST /v1/datasets first",
+                code="unknown_dataset",
+            )
+        if dataset.deleted_at is not None:
+            raise Unprocessable(
+                f"dataset {body.dataset_id} was deleted: upload it again", code="dataset_deleted"
+            )
+        if dataset.arrays is None:
+            raise Unprocessable(
+                f"dataset {body.dataset_id} has no rows left (every subject was erased)", code="empty_dataset"
+            )
+        check_method_data(body.method, method, dataset.id, dataset.arrays)  # table vs graph (service.graphs)
+        shape = DataShape(dataset.num_rows, math.prod(dataset.feature_shape), dataset.num_classes)
+        if isinstance(method, ChecksRegistration):
+            method.check_registration(config, target, shape.features)
+        spec = _check_architecture(
+            body.family,
+            dataset.feature_shape,
+            dataset.num_classes,
+            config,
+            lambda: limits.check(method.estimate_job(config, shape)),
+        )
     except UnlearningError as exc:
         raise from_unlearning_error(exc) from exc
-    dataset = uow.datasets.lock(body.dataset_id)  # locked: an erasure cannot swap its arrays under us
-    if dataset is None:
-        raise Unprocessable(
-            f"dataset {body.dataset_id} does not exist: upload one with POST /v1/datasets first",
-            code="unknown_dataset",
-        )
-    if dataset.deleted_at is not None:
-        raise Unprocessable(f"dataset {body.dataset_id} was deleted: upload it again", code="dataset_deleted")
-    if dataset.arrays is None:
-        raise Unprocessable(
-            f"dataset {body.dataset_id} has no rows left (every subject was erased)", code="empty_dataset"
-        )
-    check_method_data(body.method, method, dataset.id, dataset.arrays)  # table vs graph (service.graphs)
-    shape = DataShape(dataset.num_rows, math.prod(dataset.feature_shape), dataset.num_classes)
-    if isinstance(method, ChecksRegistration):
-        try:
-            method.check_registration(config, target, shape.features)
-        except UnlearningError as exc:
-            raise from_unlearning_error(exc) from exc
-    spec = _check_architecture(
-        body.family,
-        dataset.feature_shape,
-        dataset.num_classes,
-        config,
-        lambda: limits.check(method.estimate_job(config, shape)),
-    )
     model = uow.models.add(
         Model(
             name=body.name,
@@ -209,16 +209,13 @@ def _check_architecture(
     config: dict[str, Any],
     check_job: Callable[[], None],
 ) -> ModelSpec:
-    """The ModelSpec, built once after ``check_job`` to check it (422 if it cannot be or is too large)."""
+    """The ModelSpec, built once after ``check_job`` to check it (UnlearningError if it cannot be)."""
     shape = tuple(feature_shape) if family == "cnn" else (math.prod(feature_shape),)
     spec = ModelSpec(family=family, input_shape=shape, num_classes=num_classes)
-    try:
-        if family == "mlp":
-            check_mlp_size(shape[0], hidden_widths(config.get("hidden", [64])), num_classes)
-        check_job()
-        build_model(spec)
-    except UnlearningError as exc:
-        raise from_unlearning_error(exc) from exc
+    if family == "mlp":
+        check_mlp_size(shape[0], hidden_widths(config.get("hidden", [64])), num_classes)
+    check_job()
+    build_model(spec)
     return spec
 
 
@@ -263,17 +260,11 @@ def model_out(uow: UnitOfWork, model: Model) -> ModelOut:
 
 def version_out(version: ModelVersion, parent_seq: int | None) -> VersionOut:
     return VersionOut(
-        seq=version.seq,
+        **{k: getattr(version, k) for k in _COPIED},
         kind=version.kind,
         parent_seq=parent_seq,
-        budget_epoch=version.budget_epoch,
-        num_forgotten=version.num_forgotten,
-        request_count=version.request_count,
-        train_size=version.train_size,
         weights_sha256=version.released_sha256,
         weights_available=version.released_blob is not None,
-        certificate=version.certificate,
-        created_at=version.created_at,
     )
 
 

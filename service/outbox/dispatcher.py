@@ -1,5 +1,4 @@
-"""Moves committed outbox messages to the task queue, at least once: a commit publishes its own at once,
-a periodic pass in every process whatever else is due."""
+"""Moves committed outbox messages to the task queue, at least once: at the commit, or by a periodic pass."""
 
 from __future__ import annotations
 
@@ -25,9 +24,6 @@ class Dispatcher:
         self._queue = queue
         self._passes = RepeatingPass("dispatcher", interval_seconds, self._dispatch_all_due, log)
 
-    def kick(self) -> None:
-        self._passes.wake()
-
     def publish(self, messages: list[Message]) -> None:
         """Publish just-committed messages now; if the broker is down they stay pending."""
         self._send(lambda outbox: outbox.claim(m.id for m in messages), from_commit=True)
@@ -40,8 +36,7 @@ class Dispatcher:
     def _send(
         self, claim: Callable[[OutboxRepository], Iterable[OutboxMessage]], *, from_commit: bool
     ) -> int:
-        """Send what ``claim`` locks, stopping at the first failure, and mark the sent dispatched; returns
-        how many. ``from_commit``: the mark skips the WAL flush and a failure wakes the periodic pass."""
+        """Send what ``claim`` locks up to a failure, and mark those sent dispatched; returns how many."""
         with self._sessions() as session:
             outbox = OutboxRepository(session)
             if from_commit:
@@ -55,7 +50,7 @@ class Dispatcher:
                         "could not publish %s; the dispatcher will retry", message.task, exc_info=True
                     )
                     if from_commit:
-                        self.kick()
+                        self._passes.wake()
                     break
                 sent.append(message.id)
             outbox.mark_dispatched(sent, utcnow())

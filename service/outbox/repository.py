@@ -36,8 +36,7 @@ class OutboxRepository:
         dedupe_key: str | None = None,
         available_at: datetime | None = None,
     ) -> None:
-        """Queue ``task`` once this transaction commits; with a ``dedupe_key``, dropped while a message with
-        the same key still waits (fifty deletions on one model in quick succession queue one update job)."""
+        """Queue ``task`` once this transaction commits (dropped while one with its ``dedupe_key`` waits)."""
         now = utcnow()
         if (request_id := current_request_id()) is not None:
             payload = {**payload, X_REQUEST_ID: request_id}  # the job's log lines name the API request

@@ -38,8 +38,7 @@ def require_signer(signer: ReceiptSigner | None) -> ReceiptSigner:
 
 
 def public_key(signer: ReceiptSigner | None) -> ReceiptKeyOut:
-    signer = require_signer(signer)
-    return _key_out(signer.public_key, "current")
+    return _key_out(require_signer(signer).public_key, "current")
 
 
 def public_keys(signer: ReceiptSigner | None, retired: Sequence[bytes]) -> ReceiptKeysOut:

@@ -1,5 +1,4 @@
-"""Verify a receipt without trusting the service: its signature against the public keys given, and (with a
-client) the audit event it names, in a chain whose hashes are recomputed here."""
+"""Verify a receipt without trusting the service: its signature, and (with a client) its audit event."""
 
 from __future__ import annotations
 

@@ -63,8 +63,7 @@ def digest_of(data: bytes) -> str:
 
 
 class LocalArtifactStore:
-    """Blobs under ``root/ab/<digest>``, renamed into place (``durable``: fsynced with their directory entry);
-    ``put`` of an existing blob refreshes its mtime, which :meth:`sweep` reads as "about to be referenced"."""
+    """Blobs under ``root/ab/<digest>``, renamed into place; ``put`` again refreshes the mtime (see sweep)."""
 
     def __init__(self, root: Path, *, durable: bool = True) -> None:
         self.root = Path(root)
@@ -116,8 +115,7 @@ class LocalArtifactStore:
         self._path(digest).unlink(missing_ok=True)
 
     def sweep(self, older_than_seconds: float, referenced: Referenced) -> list[str]:
-        """Delete and return the unreferenced blobs not put for ``older_than_seconds``: each is renamed aside,
-        restored if a put touched it since listing (leftovers of a crashed sweep: restored if referenced)."""
+        """Delete and return the unreferenced blobs not put for ``older_than_seconds`` (renamed aside)."""
         cutoff = time.time() - older_than_seconds
         candidates: dict[str, int] = {}
         leftovers: list[Path] = []

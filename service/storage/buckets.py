@@ -1,6 +1,4 @@
-"""Per-sample arrays (training rows, statistics vectors) as safetensors buckets: one per owner up to
-``max_buckets`` owners (:data:`PER_OWNER`), else ``max_buckets`` shared by hash. Manifest: ``{"num_buckets":
-B, "num_rows": n, "buckets": {key: digest}, "shared_buckets": [keys two owners hash to], ...extra}``."""
+"""Per-sample arrays as safetensors buckets: one per owner up to ``max_buckets`` owners, else shared."""
 
 from __future__ import annotations
 
@@ -37,8 +35,7 @@ def bucket_count(owner_ids: Sequence[str], most: int) -> int:
 
 
 def bucket_of(owner_id: str, num_buckets: int) -> str:
-    """The manifest key of the owner's bucket: per owner, 48 bits of blake2b(id) in hex (a collision
-    shares a bucket, still correct: rows match by sample id); else that hash mod ``num_buckets``."""
+    """The owner's bucket key: 48 bits of blake2b(id) in hex per owner, else that hash mod ``num_buckets``."""
     digest = hashlib.blake2b(owner_id.encode(), digest_size=6).digest()
     if num_buckets == PER_OWNER:
         return digest.hex()

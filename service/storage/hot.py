@@ -1,6 +1,8 @@
 """The Redis hot store, rebuilt from Postgres and the artifact store. Keys under ``{prefix}:m:{model_id}:``:
 ``serving`` (seq, version_id, dtype, spec, raw weights), ``stats:meta`` (seq, dim, dtype), ``stats:vec`` and
-``stats:owner`` (per sample: vector, owner), ``stats:osum`` and ``stats:omem`` (per owner: sum, members)."""
+``stats:owner`` (per sample: vector, owner), ``stats:osum`` and ``stats:omem`` (per owner: sum, members).
+Vectors and sums are raw values of the statistics' dtype (bfloat16 as its 16 bits); sums of half-precision
+vectors are computed in float32 and rounded once (:func:`~unlearning.methods.statistics.accumulation_dtype`)."""
 
 from __future__ import annotations
 
@@ -15,25 +17,19 @@ import redis
 import torch
 from redis.commands.core import Script
 
+from service.storage.tensors import array_of, dtype_name, numpy_dtype, tensor_of
+from unlearning.methods.statistics import accumulation_dtype
+
 _CHUNK = 512  # fields per HSET when loading statistics: bounds the size of one Redis command
-
-TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    for name, value in TORCH_DTYPES.items():
-        if value == dtype:
-            return name
-    raise ValueError(f"unsupported tensor dtype {dtype}")
 
 
 def to_bytes(t: torch.Tensor) -> bytes:
-    return t.detach().contiguous().cpu().numpy().tobytes()
+    return array_of(t).tobytes()
 
 
 def from_bytes(data: bytes, dtype: str) -> torch.Tensor:
     # np.frombuffer shares the (immutable) bytes; copy so torch gets a writable tensor.
-    return torch.from_numpy(np.frombuffer(data, dtype=np.dtype(dtype)).copy())
+    return tensor_of(np.frombuffer(data, dtype=numpy_dtype(dtype)).copy(), dtype)
 
 
 def reply_bytes(value: bytes | str) -> bytes:
@@ -164,25 +160,36 @@ class HotStore:
         """Replace the model's statistics with these rows (for version ``seq``)."""
         self.clear_stats(model_id)
         dtype = dtype_name(vectors.dtype)
-        rows = vectors.detach().contiguous().cpu().numpy()
-        sums: dict[str, np.ndarray] = {}
+        vectors = vectors.detach().contiguous().cpu()
         members: dict[str, list[str]] = defaultdict(list)
-        for i, (sid, oid) in enumerate(zip(sample_ids, owner_ids)):
+        for sid, oid in zip(sample_ids, owner_ids):
             members[oid].append(sid)
-            sums[oid] = sums[oid] + rows[i] if oid in sums else rows[i].copy()
+        owners = list(members)
+        index = {o: k for k, o in enumerate(owners)}
+        sums = torch.zeros(len(owners), vectors.shape[1], dtype=accumulation_dtype(vectors.dtype))
+        sums.index_add_(
+            0, torch.as_tensor([index[o] for o in owner_ids], dtype=torch.long), vectors.to(sums.dtype)
+        )
+        width = vectors.shape[1] * vectors.element_size()  # bytes of one row
+        rows, owner_sums = to_bytes(vectors), to_bytes(sums.to(vectors.dtype))
         keys = dict(zip(("meta", "vec", "owner", "osum", "omem"), self._stats_keys(model_id), strict=True))
         pipe = self.client.pipeline(transaction=False)
         for start in range(0, len(sample_ids), _CHUNK):
             stop = start + _CHUNK
             pipe.hset(
                 keys["vec"],
-                mapping={sid: rows[i].tobytes() for i, sid in enumerate(sample_ids[start:stop], start)},
+                mapping={
+                    sid: rows[i * width : (i + 1) * width]
+                    for i, sid in enumerate(sample_ids[start:stop], start)
+                },
             )
             pipe.hset(keys["owner"], mapping=dict(zip(sample_ids[start:stop], owner_ids[start:stop])))
-        owners = list(members)
         for start in range(0, len(owners), _CHUNK):
             chunk = owners[start : start + _CHUNK]
-            pipe.hset(keys["osum"], mapping={o: sums[o].tobytes() for o in chunk})
+            pipe.hset(
+                keys["osum"],
+                mapping={o: owner_sums[index[o] * width : (index[o] + 1) * width] for o in chunk},
+            )
             pipe.hset(keys["omem"], mapping={o: json.dumps(members[o]) for o in chunk})
         # the meta last: a reader seeing its ``seq`` sees every row
         pipe.hset(keys["meta"], mapping={"seq": seq, "dim": int(vectors.shape[1]), "dtype": dtype})

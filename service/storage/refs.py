@@ -1,5 +1,4 @@
-"""SQL for artifact references (holder ``dataset:3``, ``model:5`` -> blob); an unheld blob is garbage.
-Collecting and committing new references exclude each other (one advisory lock)."""
+"""SQL for artifact references (holder ``model:5`` -> blob): an unheld blob is garbage (advisory lock)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The artifact store on S3 or an S3-compatible store: objects ``<prefix><sha256>``, with the semantics of
-:class:`service.storage.artifacts.LocalArtifactStore` (``LastModified`` standing for the mtime)."""
+"""The artifact store on S3: objects ``<prefix><sha256>``, as :class:`LocalArtifactStore` does files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``SampleStatistics`` over Redis: ``remove`` stages, :meth:`apply` writes under the model lock by seq."""
+"""``SampleStatistics`` over Redis: ``remove`` stages, :meth:`apply` writes under the model lock by seq. Sums
+are computed in float32 for half-precision vectors (read upcast) and stored back in the statistics' dtype."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any, cast
 
 import torch
 
-from service.storage.hot import TORCH_DTYPES, HotStore, from_bytes, reply_bytes, reply_hash, to_bytes
+from service.storage.hot import HotStore, from_bytes, reply_bytes, reply_hash, to_bytes
+from service.storage.tensors import TORCH_DTYPES
 from unlearning.errors import AlreadyDeletedError, UnknownSampleError
 from unlearning.methods.protocol import StatisticsSnapshot
+from unlearning.methods.statistics import accumulation_dtype
 
 
 class HotStoreLost(RuntimeError):
@@ -59,6 +62,7 @@ class RedisSampleStatistics:
         """``erased_*`` answer "was this id forgotten earlier?" so errors say AlreadyDeleted, not Unknown."""
         self.dim = dim
         self.dtype = dtype
+        self._sum_dtype = accumulation_dtype(TORCH_DTYPES[dtype])
         self._hot = hot
         self._model_id = model_id
         self._erased_samples = erased_samples
@@ -153,21 +157,21 @@ class RedisSampleStatistics:
     def sum_samples(self, sample_ids: Sequence[str]) -> torch.Tensor:
         self._live_owners(sample_ids)
         self._read_vectors(sample_ids)
-        out = torch.zeros(self.dim, dtype=TORCH_DTYPES[self.dtype])
+        out = torch.zeros(self.dim, dtype=self._sum_dtype)
         for sid in sample_ids:
-            out += self._vectors[sid]
+            out += self._vectors[sid].to(self._sum_dtype)
         return out
 
     def sum_owner(self, owner_id: str) -> torch.Tensor:
         members, total = self._owner(owner_id)
         gone = [s for s in members if s in self._removed]
         if len(gone) == len(members):
-            return torch.zeros(self.dim, dtype=TORCH_DTYPES[self.dtype])
-        total = total.clone()
+            return torch.zeros(self.dim, dtype=self._sum_dtype)
+        total = total.to(self._sum_dtype, copy=True)
         if gone:
             self._read_vectors(gone)
             for sid in gone:
-                total -= self._vectors[sid]
+                total -= self._vectors[sid].to(self._sum_dtype)
         return total
 
     def remove(self, sample_ids: Sequence[str]) -> None:
@@ -221,8 +225,9 @@ class RedisSampleStatistics:
         for owner, sids in partial.items():
             members, total = self._owners[owner]  # type: ignore[misc]
             gone = set(sids)
-            total = total.clone()
+            total = total.to(self._sum_dtype, copy=True)
             for sid in gone:
-                total -= self._vectors[sid]
-            args += [owner, to_bytes(total), json.dumps([s for s in members if s not in gone])]
+                total -= self._vectors[sid].to(self._sum_dtype)
+            stored = total.to(TORCH_DTYPES[self.dtype])
+            args += [owner, to_bytes(stored), json.dumps([s for s in members if s not in gone])]
         return args + [o for o in by_owner if o not in partial]

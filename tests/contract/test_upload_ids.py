@@ -10,11 +10,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from fastapi.testclient import TestClient
 
 from service.db.tables import ID_LENGTH
-from service.graphs.upload import _bad_id
 from tests.contract.conftest import api_error
 
 HEADER = "sample_id,owner_id,x,label\n"
@@ -134,16 +132,6 @@ def test_every_stored_subject_can_be_named_by_a_deletion(client: TestClient) -> 
         headers={"Idempotency-Key": "upload-ids-1"},
     )
     assert erased.status_code == 200 and erased.json()["erased_rows"] == 1, erased.text
-
-
-@pytest.mark.parametrize(
-    "value",
-    ["a", "x" * ID_LENGTH, "x" * (ID_LENGTH + 1), "", "a\tb", "\x00", "a\x7f", "~erased:1", " spaced ", "é"],
-)
-def test_tables_and_graphs_share_one_id_rule(value: str) -> None:
-    from service.datasets.service import id_problem  # here: the other tests run without it
-
-    assert (id_problem(value) is not None) == _bad_id(value)
 
 
 def _multipart(filename: bytes, data: bytes) -> tuple[bytes, dict[str, str]]:

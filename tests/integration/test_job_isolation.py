@@ -15,7 +15,7 @@ from sqlalchemy import select
 from service.db.tables import OutboxMessage
 from service.jobs.training import train_model
 from service.maintenance import reconcile
-from service.queue import lane_of
+from service.queue import LANE_OF_TASK
 from service.states import ModelState
 from tests.integration.conftest import deployment_of_its_own, wait_for
 
@@ -86,5 +86,5 @@ def _canceled_trainings() -> float:
 
 
 def test_retrains_have_a_lane_of_their_own() -> None:
-    assert lane_of("retrain_model") != lane_of("train_model")
-    assert lane_of("apply_deletions") not in {lane_of("retrain_model"), lane_of("train_model")}
+    assert LANE_OF_TASK["retrain_model"] != LANE_OF_TASK["train_model"]
+    assert LANE_OF_TASK["apply_deletions"] not in {LANE_OF_TASK["retrain_model"], LANE_OF_TASK["train_model"]}

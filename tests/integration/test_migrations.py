@@ -13,7 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from bench.stack import new_token, postgres_database
 from service.db.base import Base
 from service.db.engine import make_engine
-from service.db.migrate import alembic_config, current_revision, head_revision
+from service.db.migrate import alembic_config, head_revision, is_current
 from service.db.tables import Dataset
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def _diff(url: str, metadata: sa.MetaData) -> list:
 def test_database_is_at_head(migrated: str) -> None:
     engine = make_engine(migrated)
     try:
-        assert current_revision(engine) == head_revision() is not None
+        assert is_current(engine) == (True, head_revision()) and head_revision() is not None
     finally:
         engine.dispose()
 

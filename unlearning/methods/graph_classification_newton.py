@@ -49,7 +49,7 @@ from unlearning.errors import (
     UnsupportedRequestError,
 )
 from unlearning.methods.hyperparameters import HyperParameter, check_declared
-from unlearning.methods.job_estimate import FLOAT64, DataShape, JobEstimate, estimate
+from unlearning.methods.job_estimate import FLOAT64, DataShape, JobEstimate, estimate, hot_store_bytes
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetRequest,
@@ -216,7 +216,7 @@ class GraphClassificationNewton(NewtonMethodBase[GraphAccounting]):
         fixed["scattering embeddings' small steps"] = shape.rows * (
             GRAPH_SECONDS + (gst.L - 1) * (2 ** (gst.J - 1) + 2 * gst.Q) * CALL_SECONDS
         )
-        return estimate(memory, flops, fixed)
+        return estimate(memory, flops, fixed, hot_store=hot_store_bytes(dim * shape.classes, FLOAT64))
 
     # ----------------------------------------------------------------------------------------- fit
     def fit(

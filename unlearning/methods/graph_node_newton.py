@@ -49,7 +49,7 @@ from unlearning.errors import (
     UnsupportedRequestError,
 )
 from unlearning.methods.hyperparameters import HyperParameter
-from unlearning.methods.job_estimate import FLOAT64, INDEX, DataShape, JobEstimate, estimate
+from unlearning.methods.job_estimate import FLOAT64, INDEX, DataShape, JobEstimate, estimate, hot_store_bytes
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetRequest,
@@ -182,7 +182,7 @@ class GraphNodeNewton(NewtonMethodBase[NodeAccounting]):
         memory["scaled and propagated features (float64 copies)"] = copies * n * f * FLOAT64 + n * dim * FLOAT64
         memory["propagation matrix"] = 3.0 * nonzeros * (FLOAT64 + INDEX)
         flops["propagation (hops x edges x features)"] = 2.0 * hops * nonzeros * f
-        return estimate(memory, flops, fixed)
+        return estimate(memory, flops, fixed, hot_store=hot_store_bytes(dim * shape.classes, FLOAT64))
 
     def _node_configs(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], NewtonConfig, PropagationSpec]:
         merged, cfg = self._configs(config)

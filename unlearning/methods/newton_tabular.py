@@ -35,7 +35,7 @@ from unlearning.errors import (
     InvalidDatasetError,
 )
 from unlearning.methods.hyperparameters import HyperParameter
-from unlearning.methods.job_estimate import FLOAT64, DataShape, JobEstimate, estimate
+from unlearning.methods.job_estimate import FLOAT64, DataShape, JobEstimate, estimate, hot_store_bytes
 from unlearning.methods.protocol import (
     BudgetPolicy,
     ForgetRequest,
@@ -212,7 +212,7 @@ class NewtonTabular(NewtonMethodBase[NewtonAccounting]):
         dim = shape.features + (1 if merged["intercept"] else 0)
         memory, flops, fixed = newton_terms(shape.rows, dim, shape.classes, merged)
         memory["the design and its row transform (3 float64 copies)"] = 3.0 * shape.rows * dim * FLOAT64
-        return estimate(memory, flops, fixed)
+        return estimate(memory, flops, fixed, hot_store=hot_store_bytes(dim * shape.classes, FLOAT64))
 
     def _with_lam(self, config: Mapping[str, Any], lam: float) -> dict[str, Any]:
         """``config`` over the defaults, ``lam`` standing in where its value is None."""

@@ -18,6 +18,10 @@ class InMemorySampleStatistics:
     samples only flips a mask, and an owner some of whose samples are already gone is corrected by
     subtracting just those few vectors when (rarely) it is forgotten as a whole. That keeps the hot
     path, forgetting a batch of samples, at one gather-and-sum over the forgotten rows.
+
+    Vectors of a half-precision dtype (float16, bfloat16) are summed in float32 (:func:`accumulation_dtype`):
+    the sums returned are float32, and the per-owner sums are kept in the vectors' dtype, each rounded once
+    from its float32 sum.
     """
 
     def __init__(self, sample_ids: Sequence[str], owner_ids: Sequence[str], vectors: torch.Tensor) -> None:
@@ -36,8 +40,10 @@ class InMemorySampleStatistics:
             self._owner_rows.setdefault(oid, []).append(i)
         self._owner_index = {oid: k for k, oid in enumerate(self._owner_rows)}
         self._row_owner = torch.as_tensor([self._owner_index[o] for o in owner_ids], dtype=torch.long)
-        self._owner_sums = torch.zeros(len(self._owner_index), self.dim, dtype=vectors.dtype)
-        self._owner_sums.index_add_(0, self._row_owner, vectors)
+        self._sum_dtype = accumulation_dtype(vectors.dtype)
+        sums = torch.zeros(len(self._owner_index), self.dim, dtype=self._sum_dtype)
+        sums.index_add_(0, self._row_owner, vectors.to(self._sum_dtype))
+        self._owner_sums = sums.to(vectors.dtype)
         self._sample_ids = tuple(sample_ids)
 
     def has(self, sample_id: str) -> bool:
@@ -70,18 +76,18 @@ class InMemorySampleStatistics:
     def sum_samples(self, sample_ids: Sequence[str]) -> torch.Tensor:
         # Summing 32 gathered rows at a time keeps the temporary in cache; one large gather of m x d
         # floats allocates fresh pages on every call and is an order of magnitude slower at the median.
-        total = torch.zeros(self.dim, dtype=self._vectors.dtype)
+        total = torch.zeros(self.dim, dtype=self._sum_dtype)
         for rows in torch.split(self._rows(sample_ids), 32):
-            total += self._vectors[rows].sum(dim=0)
+            total += self._vectors[rows].to(self._sum_dtype).sum(dim=0)
         return total
 
     def sum_owner(self, owner_id: str) -> torch.Tensor:
         if owner_id not in self._owner_index:
             raise UnknownSampleError(f"owner {owner_id!r} has no samples in this model's training set")
-        total = self._owner_sums[self._owner_index[owner_id]].clone()
+        total = self._owner_sums[self._owner_index[owner_id]].to(self._sum_dtype, copy=True)
         gone = [r for r in self._owner_rows[owner_id] if not self._alive[r]]
         if gone:
-            total -= self._vectors[torch.as_tensor(gone)].sum(dim=0)
+            total -= self._vectors[torch.as_tensor(gone)].to(self._sum_dtype).sum(dim=0)
         return total
 
     def remove(self, sample_ids: Sequence[str]) -> None:
@@ -100,3 +106,9 @@ class InMemorySampleStatistics:
     @classmethod
     def from_snapshot(cls, snapshot: StatisticsSnapshot) -> InMemorySampleStatistics:
         return cls(snapshot.sample_ids, snapshot.owner_ids, snapshot.vectors)
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums of vectors stored as ``dtype`` are computed in: float32 for the half-precision
+    types, ``dtype`` itself otherwise."""
+    return torch.promote_types(dtype, torch.float32)

@@ -299,6 +299,7 @@ def probe_estimate(inner: UnlearningMethod, config: Mapping[str, Any], shape: Da
         {"the baseline's probabilities and L-BFGS history": 6.0 * rows * columns * FLOAT64 + 25.0 * weights * FLOAT64},
         {"the quality probe's baseline logistic regression": BASELINE_ITERATIONS * 8.0 * rows * weights},
         {"importing scikit-learn": BASELINE_IMPORT_SECONDS},
+        hot_store=0,  # the baseline keeps nothing
     )
     return in_sequence(inner.estimate_job(config, replace(shape, rows=rows)), baseline)
 

@@ -18,7 +18,8 @@ Release modes:
 
 Modules: :mod:`.sgd` (recorded-SGD settings, shared with other SGD-trained methods), :mod:`.objective`
 (the float64 objective and Newton-CG), :mod:`.certified`, :mod:`.eq56`, :mod:`.accounting` (the typed
-accounting) and :mod:`.method` (the method itself, registered on import).
+accounting), :mod:`.precision` (the dtype the vectors are kept in, ``vector_dtype``) and :mod:`.method`
+(the method itself, registered on import).
 """
 
 from unlearning.methods.hessian_free.accounting import GradientResidualAccount, HFAccounting, Work

@@ -6,7 +6,10 @@ step, propagates all n of them through the step's map: for logistic regression t
 epoch; for the neural families a forward-over-reverse jvp of the batch per vector, in chunks of 64 vectors
 (:class:`~unlearning.steps.AutogradStepMap`). Memory: the vectors (n p), the per-owner sums of the statistics
 (at most as many again), the batch schedule (epochs x n indices) and the rows. An audited fit replays the
-training once more for its probe; a certified one polishes the weights by Newton-CG in float64.
+training once more for its probe; a certified one polishes the weights by Newton-CG in float64. The state
+keeps the vectors in ``vector_dtype`` (:mod:`.precision`): a copy of them, and of their per-owner sums, in
+that dtype; the hot store holds the same (:func:`~unlearning.methods.job_estimate.hot_store_bytes`, with
+float64 weights: a certified release's).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from unlearning.methods.hessian_free.precision import DEFAULT_VECTOR_DTYPE, itemsize
 from unlearning.methods.hessian_free.sgd import SGD_RULE, model_size_of, sgd_run
 from unlearning.methods.job_estimate import (
     AUTOGRAD_CALL_SECONDS,
@@ -28,6 +32,7 @@ from unlearning.methods.job_estimate import (
     JobEstimate,
     data_bytes,
     estimate,
+    hot_store_bytes,
 )
 
 JVP_CHUNK = 64  # vectors per torch.func call of AutogradStepMap
@@ -46,8 +51,12 @@ def hessian_free_estimate(merged: Mapping[str, Any], shape: DataShape) -> JobEst
     p = size.parameters
     closed_form = merged.get("family", "logistic_regression") == "logistic_regression"
     rho = int(merged.get("rho_iterations", 3))
+    kept = itemsize(merged.get("vector_dtype", DEFAULT_VECTOR_DTYPE))
+    # Stage II's float32 vectors, the state's copy in the kept dtype (none in float32: the same tensor)
+    # and the per-owner sums in that dtype (at most one per row)
+    copy = 0.0 if kept == FLOAT32 else 1.0
     memory = {
-        "per-sample vectors (rows x parameters, float32)": 2.0 * n * p * FLOAT32,
+        "per-sample vectors (rows x parameters) and per-owner sums": n * p * (FLOAT32 + (1.0 + copy) * kept),
         "training rows": data_bytes(shape, FLOAT64) + data_bytes(shape, FLOAT32),
         "batch schedule": float(epochs * n * INDEX),
         "float64 polish of a certified release": 2.0 * data_bytes(shape) + 8.0 * n * shape.classes * FLOAT64,
@@ -73,7 +82,8 @@ def hessian_free_estimate(merged: Mapping[str, Any], shape: DataShape) -> JobEst
         "the audited probe's replay of the training": 3.0 * epochs * n * size.forward_flops,
         "float64 polish of a certified release": POLISH_PASSES * 4.0 * n * size.forward_flops,
     }
-    return estimate(memory, flops, fixed)
+    hot = hot_store_bytes(p, FLOAT64, shape=shape, vector=p, vector_itemsize=kept)
+    return estimate(memory, flops, fixed, hot_store=hot)
 
 
 __all__ = ["hessian_free_estimate"]

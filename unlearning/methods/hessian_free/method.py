@@ -19,6 +19,13 @@ from unlearning.methods.hessian_free import certified, eq56
 from unlearning.methods.hessian_free.accounting import GradientResidualAccount, HFAccounting
 from unlearning.methods.hessian_free.estimate import hessian_free_estimate
 from unlearning.methods.hessian_free.objective import SoftmaxObjective
+from unlearning.methods.hessian_free.precision import (
+    DEFAULT_VECTOR_DTYPE,
+    VECTOR_DTYPES,
+    check_certified_precision,
+    stored,
+    vector_dtype,
+)
 from unlearning.methods.hessian_free.sgd import (
     MAX_RHO_ITERATIONS,
     SGD_RULE,
@@ -56,7 +63,8 @@ def state_from_record(
     dataset: Dataset, spec: ModelSpec, record: TrainingRecord, config: Mapping[str, Any],
     measured: Mapping[str, float] | None = None,
 ) -> MethodState:
-    """The method state right after Stage II: clean = released = w_T, vectors per sample, accounting."""
+    """The method state right after Stage II: clean = released = w_T, vectors per sample (in the
+    configuration's ``vector_dtype``, :mod:`.precision`), accounting."""
     if record.vectors is None:
         raise InvalidConfigError("the training record has no approximator vectors: train with_vectors=True")
     inputs = eq56.bound_inputs(record)
@@ -75,9 +83,16 @@ def state_from_record(
         model=spec,
         clean_weights=weights,
         released_weights=weights.clone(),
-        statistics=InMemorySampleStatistics(dataset.sample_ids, dataset.owner_ids, record.vectors.cpu()),
+        statistics=InMemorySampleStatistics(
+            dataset.sample_ids, dataset.owner_ids, stored(record.vectors.cpu(), _vector_dtype_of(config))
+        ),
         accounting=acc.to_dict(),
     )
+
+
+def _vector_dtype_of(config: Mapping[str, Any]) -> str:
+    """The configuration's ``vector_dtype`` (float32 for a configuration stored before it existed)."""
+    return str(config.get("vector_dtype", DEFAULT_VECTOR_DTYPE))
 
 
 def certified_state(state: MethodState, dataset: Dataset, privacy: PrivacyTarget, seed: int) -> MethodState:
@@ -133,6 +148,9 @@ class HessianFree:
                            "delta)", minimum=0, exclusive_minimum=True, maximum=1e6),
             HyperParameter("max_newton_steps", "integer", "Newton-CG steps a certified deletion may take before an "
                            "exact solve (and a retrain) takes over", minimum=0, maximum=certified.MAX_NEWTON_STEPS),
+            HyperParameter("vector_dtype", "string", "Precision the per-sample vectors are stored in (hot store and "
+                           "artifacts); half precision halves their bytes, sums are computed in float32 (refused "
+                           "with the eq56 certified bound)", choices=tuple(VECTOR_DTYPES)),
         )
 
     def families(self) -> tuple[str, ...]:
@@ -149,7 +167,8 @@ class HessianFree:
         lr = 4 / mean_i ||[x_i, 1]||^2 and lr_decay = 0.3^(1/T) over the T steps. The precompute costs
         about 4 n^2 * dim(w) flops per epoch (every step propagates all n vectors), hence one epoch once an
         epoch has 1000 steps. Certified releases use the gradient residual with Delta_max 0.002 (sigma
-        0.00515 at epsilon 1, delta 1e-3) and at most 3 Newton steps per deletion."""
+        0.00515 at epsilon 1, delta 1e-3) and at most 3 Newton steps per deletion. The vectors are kept in
+        float32 (``vector_dtype``: :mod:`.precision`)."""
         return {
             "family": "logistic_regression",
             "hidden": [64],
@@ -165,6 +184,7 @@ class HessianFree:
             "certified_bound": certified.BOUND_NAME,
             "sensitivity_cap": certified.DEFAULT_SENSITIVITY_CAP,
             "max_newton_steps": 3,
+            "vector_dtype": DEFAULT_VECTOR_DTYPE,
         }
 
     def check_config(self, config: Mapping[str, Any]) -> None:
@@ -182,15 +202,18 @@ class HessianFree:
             raise InvalidConfigError(f"sensitivity_cap must be a number in (0, 1e6], got {cap!r}")
         steps = integer_at_least("max_newton_steps", merged["max_newton_steps"], 0)
         at_most("max_newton_steps", steps, certified.MAX_NEWTON_STEPS)
+        vector_dtype(merged["vector_dtype"])
 
     def check_registration(self, config: Mapping[str, Any], privacy: PrivacyTarget, num_features: int) -> None:
-        """A certified model must be of a convex family with l2 > 0 (both bounds assume strong convexity)."""
+        """A certified model must be of a convex family with l2 > 0 (both bounds assume strong convexity),
+        and keep float32 vectors under the Eq. 56 bound (:func:`.precision.check_certified_precision`)."""
         if privacy.release_mode != "certified":
             return
         merged = {**self.default_config(), **dict(config)}
         l2 = merged["l2"]
         certified.check_certifiable(str(merged["family"]), None if l2 is None else float(l2),
                                     float(merged["sensitivity_cap"]))
+        check_certified_precision(merged["vector_dtype"], merged["certified_bound"], "eq56")
 
     def restore_model(self, data: Mapping[str, Any]) -> ModelSpec:
         return ModelSpec.from_dict(dict(data))
@@ -234,7 +257,8 @@ class HessianFree:
         )
         probe = {}
         if privacy.release_mode == "audited":  # a certified release carries nothing measured on the data
-            probe = self._audit_probe(model, dataset, record, float(merged["audit_probe_fraction"]), seed)
+            probe = self._audit_probe(model, dataset, record, float(merged["audit_probe_fraction"]), seed,
+                                      vector_dtype(merged["vector_dtype"]))
         state = state_from_record(dataset, spec, record, merged, probe)
         if residual:
             state = certified_state(state, dataset, privacy, seed)
@@ -250,9 +274,11 @@ class HessianFree:
 
     @staticmethod
     def _audit_probe(
-        model: Any, dataset: Dataset, record: TrainingRecord, fraction: float, seed: int
+        model: Any, dataset: Dataset, record: TrainingRecord, fraction: float, seed: int,
+        precision: torch.dtype = torch.float32,
     ) -> dict[str, float]:
-        """Forget a seeded ``fraction`` of the samples with the vectors and measure against the replay.
+        """Forget a seeded ``fraction`` of the samples with the vectors as the state keeps them (rounded to
+        ``precision``, summed in float32) and measure against the replay.
 
         Besides the weight distances: the loss-threshold membership attack
         (:mod:`unlearning.audit.membership`) telling an equal number of seeded retained rows (members)
@@ -268,7 +294,8 @@ class HessianFree:
         ids = [dataset.sample_ids[i] for i in rows]
         kept = [dataset.sample_ids[i] for i in np.sort(order[m : 2 * m])]
         retrained = replay_retrain(model, dataset, record, ids)
-        unlearned = record.weights + record.vectors[torch.as_tensor(rows, device=record.vectors.device)].sum(0)
+        chosen = record.vectors[torch.as_tensor(rows, device=record.vectors.device)]
+        unlearned = record.weights + chosen.to(precision).to(torch.float32).sum(0)
         err = float((unlearned - retrained).norm())
         out = {
             "probe_deletions": float(m),
@@ -384,7 +411,7 @@ class HessianFree:
         if set(snapshot.sample_ids) != set(remaining.sample_ids):
             raise InvalidConfigError("repair needs exactly the remaining samples of this budget epoch")
         order = {sid: i for i, sid in enumerate(snapshot.sample_ids)}
-        start_vectors = snapshot.vectors[torch.as_tensor([order[s] for s in remaining.sample_ids])]
+        start_vectors = snapshot.vectors[torch.as_tensor([order[s] for s in remaining.sample_ids])].to(torch.float32)
         acc = HFAccounting.from_dict(state.accounting)
         cfg = sgd_config(acc.config)
         cfg = replace(cfg, epochs=epochs, lr=cfg.step_size(acc.total_steps))
@@ -399,7 +426,9 @@ class HessianFree:
             state,
             clean_weights=weights,
             released_weights=weights.clone(),
-            statistics=InMemorySampleStatistics(remaining.sample_ids, remaining.owner_ids, record.vectors.cpu()),
+            statistics=InMemorySampleStatistics(
+                remaining.sample_ids, remaining.owner_ids, stored(record.vectors.cpu(), _vector_dtype_of(acc.config))
+            ),
             accounting=acc.to_dict(),
         )
         return new_state, self._eq56_certificate(acc, privacy, None, charge=0, noise_seed=None, sigma=0.0, cal="none")

@@ -23,6 +23,7 @@ from unlearning.methods.job_estimate import (
     JobEstimate,
     data_bytes,
     estimate,
+    hot_store_bytes,
 )
 from unlearning.methods.langevin.defaults import (
     MAX_BURN_IN_STEPS,
@@ -375,4 +376,5 @@ def langevin_estimate(merged: Mapping[str, Any], shape: DataShape) -> JobEstimat
         "noisy steps (burn-in x batches)": epochs * batches * STEP_CALLS * STEP_SECONDS,
         "hashing sample ids": n * HASH_SECONDS,
     }
-    return estimate(memory, flops, fixed)
+    served = shape.classes * (shape.features + int(bool(merged.get("intercept", True))))  # a column per class
+    return estimate(memory, flops, fixed, hot_store=hot_store_bytes(served, FLOAT64))

@@ -3,7 +3,8 @@
 Training is plain mini-batch SGD (:func:`.trajectory.train_with_window`): one batch gradient per step,
 epochs x rows samples in all. What it keeps: the last k + m + 1 iterates and k step directions of p
 parameters in the window's dtype (stacked once more at the end), the batch schedule (epochs x rows
-indices), the window's rows and sample ids, and the rows themselves.
+indices), the window's rows and sample ids, and the rows themselves. The hot store holds the served
+weights only (the window is an artifact, in the artifact store).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from unlearning.methods.job_estimate import (
     JobEstimate,
     data_bytes,
     estimate,
+    hot_store_bytes,
 )
 from unlearning.methods.mini_unlearning.config import WindowConfig
 from unlearning.sgd_defaults import SGDRule
@@ -60,7 +62,7 @@ def mini_unlearning_estimate(merged: Mapping[str, Any], shape: DataShape, rule: 
     if not closed_form:
         memory["torch.func"] = AUTOGRAD_MEMORY
         fixed["torch.func's first transforms"] = AUTOGRAD_WARMUP_SECONDS
-    return estimate(memory, flops, fixed)
+    return estimate(memory, flops, fixed, hot_store=hot_store_bytes(size.parameters, itemsize))
 
 
 __all__ = ["mini_unlearning_estimate"]
