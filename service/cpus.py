@@ -1,13 +1,8 @@
-"""The CPU cores this process may use, and the torch thread count that follows from them.
-
-A process gets fewer cores than the host has when a cgroup caps its CPU time (a container's ``--cpus``,
-a systemd ``CPUQuota``) or when its CPU affinity names a subset of the cores (``taskset``, ``--cpuset-cpus``).
-torch's default thread count ignores the quota, and more busy threads than cores make every OpenMP
-region wait for threads that are not running. Nothing here imports torch: the worker launcher uses it too.
-
-Every reader takes the filesystem root (``/`` on a real host) so that tests can feed it files of their own.
+"""The CPU cores this process may use (its CPU affinity, capped by a cgroup quota: a container's
+``--cpus``, a systemd ``CPUQuota``) and the torch thread count that follows; torch's default ignores the
+quota. No torch import here: the worker launcher uses it too. Readers take the filesystem root (``/``)
+so that tests can feed them files of their own.
 """
-
 from __future__ import annotations
 
 import math
@@ -29,13 +24,9 @@ def cpu_affinity() -> int:
 
 
 def cgroup_cpu_limit(root: Path = Path("/")) -> float | None:
-    """The CPU quota of this process's cgroup, in cores (quota / period), or None where there is none.
-
-    The quota of the process's own cgroup and of each cgroup above it, up to the mount, is read (the
-    least wins): cgroup v2's ``cpu.max`` (``max 100000``: no quota; ``200000 100000``: 2 cores) and
-    cgroup v1's ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` (a quota of -1: none). The cgroup comes
-    from ``/proc/self/cgroup``; without it only the mounts' top directories are read (a container's own
-    cgroup, with a cgroup namespace). Unreadable or malformed files count as no quota.
+    """The least CPU quota, in cores, of this process's cgroup (``/proc/self/cgroup``; without it, the
+    mounts' top directories) and those above it: v2 ``cpu.max`` (``200000 100000``: 2 cores; ``max``:
+    none), v1 ``cpu.cfs_quota_us / cpu.cfs_period_us`` (-1: none). None without any; bad files count as none.
     """
     limits = [limit for directory in _cgroup_dirs(root) if (limit := _quota(directory)) is not None]
     return min(limits, default=None)

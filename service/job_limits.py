@@ -1,19 +1,15 @@
 """The deployment's limits on one training job (docs/decisions.md, "Job estimates"): a registration whose
 estimate exceeds them (memory, single-core time, or the trained state's bytes in the hot store) is refused;
-every training job runs under :meth:`JobLimits.time_limit`.
-
-``python -m service.job_limits`` prints docs/service.md's table of where each table method is practical
-under the default limits, from the estimates (tests/unit/test_practical_table.py keeps the two equal)."""
+every training job runs under :meth:`JobLimits.time_limit` (where each method is practical under them:
+``python -m bench.practical``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from service.errors import Unprocessable
 from service.settings import Settings
-from unlearning.methods.job_estimate import DataShape, JobEstimate
+from unlearning.methods.job_estimate import JobEstimate
 
 _JOB_ADVICE = "use fewer epochs or steps, a smaller model, or fewer classes or rows"
 _HOT_STORE_ADVICE = (
@@ -82,73 +78,3 @@ class JobLimits:
     def time_limit(self, estimate: JobEstimate) -> float:
         """The seconds a job of ``estimate`` may run: ``min(max, grace + factor * estimate)``."""
         return min(self.max_seconds, self.grace_seconds + self.time_factor * estimate.seconds)
-
-
-# ------------------------------------------------------------------------- where each method is practical
-
-PRACTICAL_SHAPES = ((54, 7), (784, 10))  # features, classes: a covertype-like table and an MNIST-like one
-PRACTICAL_ROWS = (1_000, 10_000, 100_000, 1_000_000)
-PRACTICAL_METHODS: tuple[tuple[str, Mapping[str, Any]], ...] = (
-    ("hessian_free", {}),
-    ("hessian_free", {"vector_dtype": "float16"}),
-    ("mini_unlearning", {}),
-    ("langevin", {}),
-    ("newton_removal", {}),
-)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:,.0f} d"
-
-
-def _size(nbytes: float) -> str:
-    if nbytes < 2**20:
-        return f"{nbytes / 2**10:,.0f} KiB"
-    if nbytes < 10 * 2**30:
-        return f"{nbytes / 2**20:,.0f} MiB"
-    return f"{nbytes / 2**30:,.0f} GiB"
-
-
-def practical_table(
-    limits: JobLimits | None = None,
-    shapes: Sequence[tuple[int, int]] = PRACTICAL_SHAPES,
-    rows: Sequence[int] = PRACTICAL_ROWS,
-) -> str:
-    """Markdown tables, one per (features, classes) shape: for each row count and table method (default
-    hyperparameters, the registration's view: one owner per row), the estimated single-core fit time and
-    hot-store size, and the limits of ``limits`` (the defaults) a registration would be refused for."""
-    from unlearning.methods.registry import get_method
-
-    limits = limits or JobLimits.defaults()
-    names = [
-        name + (f" ({config['vector_dtype']} vectors)" if config else "")
-        for name, config in PRACTICAL_METHODS
-    ]
-    out: list[str] = []
-    for features, classes in shapes:
-        out += [
-            f"{features} features, {classes} classes:",
-            "",
-            "| rows | " + " | ".join(names) + " |",
-            "|---" * (len(names) + 1) + "|",
-        ]
-        for n in rows:
-            cells = []
-            for name, config in PRACTICAL_METHODS:
-                estimate = get_method(name).estimate_job(config, DataShape(n, features, classes))
-                cell = f"{_duration(estimate.seconds)}, {_size(estimate.hot_store_bytes)}"
-                over = limits.exceeded(estimate)
-                cells.append(f"refused ({', '.join(over)}): {cell}" if over else cell)
-            out.append(f"| {n:,} | " + " | ".join(cells) + " |")
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
-
-
-if __name__ == "__main__":
-    print(practical_table(), end="")

@@ -1,18 +1,8 @@
-"""One Prometheus collector, in the API process, that reads its gauges from Postgres (and the workers'
-liveness records) at scrape time, so they hold whichever process did the work and survive restarts:
-
-- ``lethe_deletions{state}``: deletion requests not final, per state (every state always present);
-- ``lethe_deletions_overdue``: those past their ``expected_by``;
-- ``lethe_deletion_oldest_waiting_seconds``: the age of the oldest (0 when none waits);
-- ``lethe_models{state}``: models per state;
-- ``lethe_budget_spent{model_id}`` and ``lethe_budget_cap{model_id}``: each live model's current epoch;
-- ``lethe_model_job_progress{model_id,kind}``: trainings (``initial``) and retrains running, 0 to 1;
-- ``lethe_workers_live{lane}``: workers that renewed their liveness record, per lane.
-
-No label names a user, a sample or a request. A scrape that cannot read the database yields the liveness
-gauge only (``lethe_monitoring_up`` 0), never an error page.
+"""One Prometheus collector, in the API process, reading its gauges from Postgres (and the workers'
+liveness records) at scrape time, so they hold whichever process did the work and survive restarts: the
+gauges listed in docs/service.md ("Operating it"). No label names a user, a sample or a request. A scrape that
+cannot read the database yields the liveness gauge only (``lethe_monitoring_up`` 0), never an error page.
 """
-
 from __future__ import annotations
 
 import logging

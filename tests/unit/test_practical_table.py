@@ -1,5 +1,5 @@
 """The hot-store limit of a registration (LETHE_MAX_HOT_STORE_MB) and docs/service.md's table of where each
-table method is practical, which must be what ``python -m service.job_limits`` prints from the estimates."""
+table method is practical, which must be what ``python -m bench.practical`` prints from the estimates."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.practical import practical_table
 from service.errors import Unprocessable
-from service.job_limits import JobLimits, practical_table
+from service.job_limits import JobLimits
 from service.settings import Settings
 from unlearning.methods.job_estimate import JobEstimate
 
@@ -40,4 +41,4 @@ def test_the_default_hot_store_limit_is_generous() -> None:
 def test_docs_carry_the_table_the_estimates_give() -> None:
     table = practical_table()
     assert "refused (" in table and "hessian_free (float16 vectors)" in table
-    assert table in DOCS.read_text(), "docs/service.md is stale: paste `python -m service.job_limits` into it"
+    assert table in DOCS.read_text(), "docs/service.md is stale: paste `python -m bench.practical` into it"
