@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -575,8 +576,6 @@ def free_ports(count: int) -> int:
 
 
 def port_free(port: int) -> bool:
-    import socket
-
     with socket.socket() as s:
         try:
             s.bind(("0.0.0.0", port))
