@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+from types import FrameType
 
 import uvicorn
 from pydantic import ValidationError
 
 from service import logs, preflight
 from service.app import create_app
+from service.db.embedded import stop_embedded
 from service.settings import Settings, settings_errors
+
+
+def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,13 +39,21 @@ def main(argv: list[str] | None = None) -> int:
         settings.effective_database_url.split("@")[-1],
         settings.effective_worker,
     )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,  # json: ours
-    )
+    # uvicorn shuts down gracefully on SIGTERM, then restores the previous handler and raises the signal
+    # again: with this handler the process then exits through the ``finally`` below and its exit
+    # handlers (the default one would kill it there, leaving the embedded Postgres running).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,  # json: ours
+        )
+    finally:
+        if not settings.database_url:  # the embedded server is this process's: it stops with it
+            stop_embedded(settings.var_dir)
     return 0
 
 
