@@ -32,8 +32,6 @@ The last line of stdout is one JSON object; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
-import gzip
-import io
 import json
 import math
 import os
@@ -48,11 +46,12 @@ from typing import Any
 import numpy as np
 
 from bench import stack
+from bench.tabular import table_csv
+from unlearning.data import Dataset, load_covertype
 
 METHODS = ("hessian_free", "newton_removal", "langevin", "mini_unlearning")
 PROBLEMS = ("covertype", "generated784")
 SIZES, QUICK_SIZES = (1000, 4000, 16000, 64000), (1000, 2000, 4000)
-COVERTYPE = stack.ROOT.parent / "shared" / "data" / "covertype" / "test.csv.gz"
 DELETION_TARGET = {False: 0.2, True: 1.1}  # by whether the method needs a pass over the remaining data
 SERVICE_P99_TARGET_MS = 100.0
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -63,20 +62,6 @@ def log(message: str) -> None:
 
 
 # -- the problems --------------------------------------------------------------------------------------
-
-
-def covertype_rows(rows: int | None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The shared Covertype split's features (float32) and labels 0-6; ``rows``: a seeded subsample."""
-    with gzip.open(COVERTYPE, "rt") as fh:
-        header = fh.readline().strip().split(",")
-        table = np.loadtxt(fh, delimiter=",", dtype=np.float32, ndmin=2)
-    label = header.index("Cover_Type")
-    y = np.searchsorted(np.unique(table[:, label]), table[:, label]).astype(np.int64)
-    x = np.delete(table, label, axis=1)
-    if rows is not None and rows < len(y):
-        keep = np.sort(np.random.default_rng(seed).choice(len(y), size=rows, replace=False))
-        x, y = x[keep], y[keep]
-    return x, y
 
 
 def generated_rows(
@@ -90,8 +75,14 @@ def generated_rows(
     return x, y
 
 
-def problem_rows(problem: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    return covertype_rows(rows) if problem == "covertype" else generated_rows(rows)
+def problem_dataset(problem: str, rows: int) -> Dataset:
+    """``rows`` rows of ``problem``, one owner each: a seeded subsample of the shared Covertype split
+    (:func:`unlearning.data.load_covertype`), or :func:`generated_rows`."""
+    if problem == "covertype":
+        return load_covertype(n=rows, seed=0)
+    x, y = generated_rows(rows)
+    ids = tuple(f"s{i}" for i in range(rows))
+    return Dataset(ids, ids, x, y, int(y.max()) + 1, problem)
 
 
 # -- one point, in its own process ------------------------------------------------------------------------
@@ -102,14 +93,12 @@ def measure_point(method_name: str, problem: str, rows: int) -> dict[str, Any]:
     the owners; the costs (see the module docstring). Runs with one torch thread."""
     import torch
 
-    from unlearning.data import Dataset
     from unlearning.methods.protocol import ForgetRequest, PrivacyTarget, needs_remaining_data
     from unlearning.methods.registry import get_method
 
     torch.set_num_threads(1)
-    x, y = problem_rows(problem, rows)
-    ids = tuple(f"s{i}" for i in range(len(y)))
-    data = Dataset(ids, ids, x, y, int(y.max()) + 1, problem)
+    data = problem_dataset(problem, rows)
+    ids = data.sample_ids  # each its own owner
     method, privacy = get_method(method_name), PrivacyTarget(1.0, 1e-3, "audited")
     needs_pass = needs_remaining_data(method, {}, privacy)
     started = time.perf_counter()
@@ -117,7 +106,7 @@ def measure_point(method_name: str, problem: str, rows: int) -> dict[str, Any]:
     fit_s = time.perf_counter() - started
     snapshot = state.statistics.export() if state.statistics is not None else None
     hot_bytes = 0 if snapshot is None else snapshot.vectors.numel() * snapshot.vectors.element_size()
-    kept = np.ones(len(y), dtype=bool)
+    kept = np.ones(rows, dtype=bool)
 
     def forget(owners: list[int]) -> float:
         nonlocal state
@@ -213,15 +202,6 @@ def exponents(points: dict[str, Any]) -> dict[str, float | None]:
 # -- the service at scale ---------------------------------------------------------------------------------
 
 
-def table_csv(x: np.ndarray, y: np.ndarray) -> bytes:
-    """Gzipped CSV of sample_id, owner_id (one row each), label and the features."""
-    out = io.StringIO()
-    out.write(",".join(["sample_id", "owner_id", "label", *(f"f{j}" for j in range(x.shape[1]))]) + "\n")
-    ids = np.array([[f"c{i}", f"o{i}", str(int(y[i]))] for i in range(len(y))])
-    np.savetxt(out, np.concatenate([ids, np.char.mod("%.9g", x)], axis=1), fmt="%s", delimiter=",")
-    return gzip.compress(out.getvalue().encode(), compresslevel=1)
-
-
 def redis_mb(url: str, prefix: str) -> float:
     """The summed ``MEMORY USAGE`` of the keys under ``prefix`` in the Redis database of ``url``."""
     import redis
@@ -234,8 +214,8 @@ def redis_mb(url: str, prefix: str) -> float:
 def measure_service(rows: int | None, requests: int, rate: float) -> dict[str, Any]:
     from bench.service import Bench, latencies, offered_load, percentile, wait_newest
 
-    x, y = covertype_rows(rows)
-    csv = table_csv(x, y)
+    data = load_covertype(n=rows, seed=0)
+    csv = table_csv(data.features, data.labels, "c", per_owner=1)
     with ExitStack() as exit_stack:
         deployment = stack.enter_fresh_deployment(exit_stack, "scale")
         if deployment is None:
@@ -260,15 +240,15 @@ def measure_service(rows: int | None, requests: int, rate: float) -> dict[str, A
         model_id = int(r.json()["id"])
         bench.ready(model_id, timeout=6 * 3600)
         ready_s = time.monotonic() - started
-        log(f"service: {len(y)} rows ready in {ready_s:.0f} s")
-        owners = [f"o{i}" for i in range(requests + 20)]
+        log(f"service: {len(data.labels)} rows ready in {ready_s:.0f} s")
+        owners = [f"c-owner-{i}" for i in range(requests + 20)]
         warm = offered_load(base, model_id, owners[:20], 50.0)
         wait_newest(bench, [rid for _, _, rid in warm])
         sent = offered_load(base, model_id, owners[20:], rate)
         wait_newest(bench, [rid for _, _, rid in sent])
         completed, _ = latencies(bench, sent)
         return {
-            "rows": len(y),
+            "rows": len(data.labels),
             "ready_s": round(ready_s, 1),
             "rate_rps": rate,
             "requests": requests,

@@ -302,12 +302,12 @@ def judge(datasets: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 # -- the service -----------------------------------------------------------------------------------
 
 
-def table_csv(x: np.ndarray, y: np.ndarray, prefix: str) -> bytes:
-    """Gzipped CSV: sample_id, owner_id, label, f0..f(d-1); two rows per owner; features as float32
-    values in full (``%.9g`` round-trips a float32)."""
+def table_csv(x: np.ndarray, y: np.ndarray, prefix: str, per_owner: int = 2) -> bytes:
+    """Gzipped CSV: sample_id (``{prefix}-{i}``), owner_id (``{prefix}-owner-{i // per_owner}``), label,
+    f0..f(d-1); features as float32 values in full (``%.9g`` round-trips a float32)."""
     out = io.StringIO()
     out.write(",".join(["sample_id", "owner_id", "label", *(f"f{j}" for j in range(x.shape[1]))]) + "\n")
-    ids = np.array([[f"{prefix}-{i}", f"{prefix}-owner-{i // 2}", str(int(y[i]))] for i in range(len(y))])
+    ids = np.array([[f"{prefix}-{i}", f"{prefix}-owner-{i // per_owner}", str(int(y[i]))] for i in range(len(y))])
     body = np.concatenate([ids, np.char.mod("%.9g", x.astype(np.float32))], axis=1)
     np.savetxt(out, body, fmt="%s", delimiter=",")
     return gzip.compress(out.getvalue().encode(), compresslevel=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -244,7 +245,7 @@ def _storage_full(request: Request, exc: BaseException) -> JSONResponse | None:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
-class _HttpMiddleware:
+class _HttpMiddleware(ABC):
     """An ASGI middleware that handles HTTP requests (:meth:`http`) and passes anything else through."""
 
     def __init__(self, app: ASGIApp) -> None:
@@ -256,8 +257,9 @@ class _HttpMiddleware:
         else:
             await self.app(scope, receive, send)
 
+    @abstractmethod
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        raise NotImplementedError
+        """Handle one HTTP request (its ``scope``), calling ``self.app`` as it sees fit."""
 
 
 class RequestIdMiddleware(_HttpMiddleware):

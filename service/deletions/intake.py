@@ -1,4 +1,5 @@
-"""Group commit: one intake thread per process commits the waiting deletion submissions in one transaction."""
+"""Group commit: one intake thread per process commits the waiting deletion submissions in one transaction
+(a key already present takes :func:`service.idempotency.service.run`; a failed batch is retried one by one)."""
 
 from __future__ import annotations
 

@@ -330,9 +330,10 @@ def _retrain(rt: UpdateContext, run: Run, reason: str | None) -> None:
             if model is None or model.status != ModelState.RETRAINING or model.training != training:
                 return None
             requests = uow.deletions.in_states(model_id, [RequestState.RETRAINING])
-            applied = Batch([p for p in batch.plans if p.request.id in {r.id for r in requests}])
+            by_id = {r.id: r for r in requests}
+            applied = Batch([p for p in batch.plans if p.request.id in by_id])
             for plan in applied.plans:
-                plan.request = next(r for r in requests if r.id == plan.request.id)
+                plan.request = by_id[plan.request.id]
             garbage = erase_from_source(
                 uow,
                 rt.cache,
