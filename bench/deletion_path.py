@@ -1,8 +1,9 @@
 """The floor of the deletion path: each phase of one deletion alone, in one thread, on the real servers.
 
-``python -m bench.deletion_path [--rounds N] [--rows N]`` creates a fresh Postgres database and an empty
-Redis database, trains R1 (the model of ``bench.service``, 1 epoch) through the API and a Celery worker,
-stops both, and then, in this process, takes ``--rounds`` owners one at a time through the three
+``python -m bench.deletion_path [--rounds N] [--rows N] [--owners K] [--dataset mnist|covertype]`` creates
+a fresh Postgres database and an empty Redis database, trains R1 (the model of ``bench.service``, 1 epoch)
+on ``--rows`` rows of MNIST or Covertype through the API and a Celery worker, stops both, and then, in this
+process, takes ``--rounds`` deletion requests of ``--owners`` owners each, one at a time, through the three
 transactions of a deletion:
 
 - ``intake``: the API's group commit of one submission (:meth:`DeletionIntake.commit_now`);
@@ -133,23 +134,37 @@ def _postgres_cpu() -> float:
     return stack.cpu_seconds({}).get("postgres", 0.0)
 
 
-def train_r1(env: dict[str, str], var: Path, rows: int, token: str) -> int:
-    """R1 (1 epoch) on ``rows`` bundled MNIST rows, registered through an API process and trained by a
-    Celery worker; both stop before the measurement, which runs in this process alone."""
+def train_model(env: dict[str, str], var: Path, dataset: str, rows: int, token: str) -> tuple[int, list[str]]:
+    """R1's model (1 epoch) on ``rows`` rows of ``dataset`` (``mnist``: the bundled rows; ``covertype``: a
+    seeded subsample of the shared split, uploaded as CSV), registered through an API process and trained
+    by a Celery worker; both stop before the measurement, which runs in this process alone. Returns the
+    model and its owners."""
     with ExitStack() as stack_:
         base, _ = stack_.enter_context(stack.api_process(env, var / "api.log"))
         stack_.enter_context(
             stack.celery_worker(env, var / "worker.log", concurrency=2, name=f"path-{token}")
         )
         bench = Bench(base)
-        dataset = bench.http.post("/v1/datasets/bundled", json={"name": "mnist", "n": rows, "seed": 0}).json()
-        model = bench.register(dataset["id"], {**R1, "epochs": 1}, {"max_deletion_fraction": 0.95}, "R1")
-        bench.ready(model, timeout=1800)
-        return model
+        if dataset == "mnist":
+            body = {"name": "mnist", "n": rows, "seed": 0}
+            dataset_id = bench.http.post("/v1/datasets/bundled", json=body).json()["id"]
+            owners = owner_ids(rows, 0)
+        else:
+            from bench.tabular import table_csv
+            from unlearning.data import load_covertype
+
+            data = load_covertype(n=rows, seed=0)
+            files = {"file": ("covertype.csv.gz", table_csv(data.features, data.labels, "c", per_owner=1))}
+            dataset_id = bench.http.post("/v1/datasets?name=covertype", files=files).json()["id"]
+            owners = [f"c-owner-{i}" for i in range(rows)]
+        model = bench.register(dataset_id, {**R1, "epochs": 1}, {"max_deletion_fraction": 0.95}, "R1")
+        bench.ready(model, timeout=3600)
+        return model, owners
 
 
-def measure(env: dict[str, str], model_id: int, owners: list[str], warmup: int) -> dict[str, Any]:
-    """Each owner through intake, round and completion in this thread; the phases' medians."""
+def measure(env: dict[str, str], model_id: int, owners: list[list[str]], warmup: int) -> dict[str, Any]:
+    """Each group of owners (one request) through intake, round and completion in this thread; the
+    phases' medians."""
     import os
 
     os.environ.update(env)  # the service's settings come from LETHE_ variables, as in its own processes
@@ -174,7 +189,7 @@ def measure(env: dict[str, str], model_id: int, owners: list[str], warmup: int) 
     try:
         for i, owner in enumerate(owners):
             with timer.phase("intake"):
-                outcome = intake.commit_now(model_id, f"path-{i}", DeletionIn(owner_ids=[owner]))
+                outcome = intake.commit_now(model_id, f"path-{i}", DeletionIn(owner_ids=owner))
             _check(outcome.status == 202, f"the deletion of {owner} was not accepted: {outcome.body}")
             timer.start("round")
             round_ = update_round.apply_batch(rt, model_id)
@@ -215,25 +230,39 @@ def main(argv: list[str] | None = None, *, out: Callable[[str], None] = print) -
     parser.add_argument("--rounds", type=int, default=120, help="deletions measured, warm-up included (120)")
     parser.add_argument("--warmup", type=int, default=20, help="first rounds left out (20)")
     parser.add_argument(
-        "--rows", type=int, default=1000, help="MNIST rows of R1's dataset, one owner each (1000)"
+        "--rows", type=int, default=1000, help="rows of the model's dataset, one owner each (1000)"
     )
+    parser.add_argument(
+        "--owners", type=int, default=1, help="owners per deletion request, forgotten in one round (1)"
+    )
+    parser.add_argument(
+        "--dataset", choices=("mnist", "covertype"), default="mnist",
+        help="mnist: R1's bundled rows (at most 10,000); covertype: the shared split (at most 92,962)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    if not 0 <= args.warmup < args.rounds <= args.rows * 0.9:
-        parser.error("need 0 <= --warmup < --rounds <= 90% of --rows (R1's policy admits 95% of its rows)")
+    if not 0 <= args.warmup < args.rounds and args.rounds * args.owners <= args.rows * 0.9:
+        parser.error(
+            "need 0 <= --warmup < --rounds, --rounds x --owners <= 90% of --rows (the policy admits 95%)"
+        )
     started = time.monotonic()
     with ExitStack() as exit_stack:
         deployment = stack.enter_fresh_deployment(exit_stack, "path")
         if deployment is None:
             return 2
         env = deployment.env
-        model_id = train_r1(env, deployment.var, args.rows, deployment.token)
+        model_id, owners = train_model(env, deployment.var, args.dataset, args.rows, deployment.token)
         log(
-            f"R1 trained on {args.rows} rows at {time.monotonic() - started:.1f}s; measuring {args.rounds} rounds"
+            f"trained on {args.rows} {args.dataset} rows at {time.monotonic() - started:.1f}s; "
+            f"measuring {args.rounds} rounds"
         )
-        result = measure(env, model_id, owner_ids(args.rows, 0)[: args.rounds], args.warmup)
+        k = args.owners
+        result = measure(
+            env, model_id, [owners[i * k : (i + 1) * k] for i in range(args.rounds)], args.warmup
+        )
     result.update(
-        rounds=args.rounds, warmup=args.warmup, rows=args.rows, seconds=round(time.monotonic() - started, 1)
-    )
+        rounds=args.rounds, warmup=args.warmup, rows=args.rows, owners=args.owners, dataset=args.dataset,
+        seconds=round(time.monotonic() - started, 1),
+    )  # fmt: skip
     out(json.dumps(result))
     return 0
 
