@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,9 +22,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _NextRound = TypeVar("_NextRound")
-
-_UNLINKERS = 4
-_PARALLEL_FROM = 32  # fewer blobs: unlinked in this thread
 
 
 def publish(rt: CompletionContext, model_id: int, version: ModelVersion) -> None:
@@ -46,13 +42,8 @@ def collect_garbage(uow: UnitOfWork, rt: CompletionContext, blobs: Collection[st
 
 
 def _unlink(rt: CompletionContext, blobs: Collection[str]) -> None:
-    """Delete ``blobs`` from the artifact store (a few at a time when many) and the cache."""
-    if len(blobs) < _PARALLEL_FROM:
-        for digest in blobs:
-            rt.artifacts.delete(digest)
-    else:
-        with ThreadPoolExecutor(max_workers=_UNLINKERS) as pool:
-            list(pool.map(rt.artifacts.delete, blobs))
+    """Delete ``blobs`` from the artifact store and the cache."""
+    rt.artifacts.delete_many(blobs)
     rt.cache.forget(blobs)
 
 

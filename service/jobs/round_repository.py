@@ -349,7 +349,9 @@ def record_round(
         set_committed_value(model, column, getattr(release, column))
     moved = moved_cur.fetchone()
     if manifests is not None and moved is not None:
-        manifests.note(model.id, str(moved[0]), written)
+        manifests.note(
+            model.id, str(moved[0]), {column: getattr(release, column) for column in _MANIFEST_COLUMNS}
+        )
     return RecordedRound(version, completion)
 
 

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from service.db import jsoncodec
 from service.db.tables import Model, ModelVersion
 from service.graphs.storage import decode_graph, graph_digest, graph_nbytes, is_graph
 from service.storage.artifacts import ArtifactStore
@@ -205,8 +204,9 @@ def dataset_nbytes(dataset: Dataset) -> int:
 
 
 class KnownManifests:
-    """Per model, the encoded ``models.training``/``statistics`` this process last wrote, keyed by the row
-    version's ``xmin`` (docs/decisions.md); LRU, thread-safe."""
+    """Per model, the ``models.training``/``statistics`` this process last wrote, keyed by the row version's
+    ``xmin`` (docs/decisions.md); LRU, thread-safe. The manifests are kept decoded and handed out shared:
+    the service never changes a manifest in place (a new version's is a new dict)."""
 
     def __init__(self, capacity: int = 128) -> None:
         self._lock = threading.Lock()
@@ -217,10 +217,10 @@ class KnownManifests:
         with self._lock:
             return self._rows.get(model_id)
 
-    def note(self, model_id: int, xmin: str, encoded: Mapping[str, str | None]) -> None:
-        """The row version ``xmin`` of the model holds these columns' ``encoded`` values."""
+    def note(self, model_id: int, xmin: str, manifests: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """The row version ``xmin`` of the model holds these columns' ``manifests``."""
         with self._lock:
-            self._rows[model_id] = KnownRow(xmin, dict(encoded))
+            self._rows[model_id] = KnownRow(xmin, dict(manifests))
             self._rows.move_to_end(model_id)
             while len(self._rows) > self._capacity:
                 self._rows.popitem(last=False)
@@ -229,12 +229,10 @@ class KnownManifests:
 @dataclass(frozen=True)
 class KnownRow:
     xmin: str
-    encoded: Mapping[str, str | None]
+    manifests: Mapping[str, Mapping[str, Any] | None]
 
     def values(self) -> dict[str, Any]:
-        return {
-            column: None if data is None else jsoncodec.loads(data) for column, data in self.encoded.items()
-        }
+        return dict(self.manifests)
 
 
 def _assemble(rows: Bucket, manifest: Mapping[str, Any]) -> Dataset:
@@ -252,12 +250,13 @@ def _assemble(rows: Bucket, manifest: Mapping[str, Any]) -> Dataset:
 def write_training(artifacts: ArtifactStore, dataset: Dataset, max_buckets: int) -> dict[str, Any]:
     """Store a dataset's arrays as buckets; ``rows`` keeps the original order for reassembly."""
     rows = np.arange(len(dataset), dtype=np.int64)
+    arrays = {"features": dataset.features, "labels": dataset.labels, "rows": rows}
     return write_buckets(
         artifacts,
         dataset.sample_ids,
         dataset.owner_ids,
-        {"features": dataset.features, "labels": dataset.labels, "rows": rows},
-        bucket_count(dataset.owner_ids, max_buckets),
+        arrays,
+        bucket_count(dataset.owner_ids, max_buckets, sum(a.nbytes for a in arrays.values())),
         num_classes=dataset.num_classes,
         feature_shape=list(dataset.feature_shape),
         name=dataset.name,
@@ -297,7 +296,7 @@ def write_statistics(
         snapshot.sample_ids,
         snapshot.owner_ids,
         {"vectors": array_of(vectors)},
-        bucket_count(snapshot.owner_ids, max_buckets),
+        bucket_count(snapshot.owner_ids, max_buckets, vectors.numel() * vectors.element_size()),
         dim=int(vectors.shape[1]),
         dtype=dtype_name(vectors.dtype),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,12 +27,19 @@ class Bucket:
 
 
 PER_OWNER = 0  # ``num_buckets`` value meaning one bucket per owner
+SHARED_BUCKET_BYTES = 128 * 1024
+MIN_SHARED_BUCKETS = 256
 _WRITERS = 8
 
 
-def bucket_count(owner_ids: Sequence[str], most: int) -> int:
-    """:data:`PER_OWNER` while there are at most ``most`` owners, else ``most`` shared buckets."""
-    return PER_OWNER if len(set(owner_ids)) <= most else most
+def bucket_count(owner_ids: Sequence[str], most: int, nbytes: int) -> int:
+    """:data:`PER_OWNER` while there are at most ``most`` owners; else shared buckets of about
+    :data:`SHARED_BUCKET_BYTES` each for the rows' ``nbytes``, at least :data:`MIN_SHARED_BUCKETS` and at
+    most ``most`` of them. Each deletion rewrites its owners' buckets and every version's manifest names
+    them all: the size balances the two (docs/decisions.md, "Bucket sizes")."""
+    if len(set(owner_ids)) <= most:
+        return PER_OWNER
+    return min(most, max(MIN_SHARED_BUCKETS, math.ceil(nbytes / SHARED_BUCKET_BYTES)))
 
 
 def bucket_of(owner_id: str, num_buckets: int) -> str:
@@ -123,6 +131,7 @@ def drop_rows(
     whole = set(whole_owners)
     buckets = dict(manifest["buckets"])
     removed_rows = 0
+    rewritten: dict[str, Bucket] = {}
     for b, gone in affected.items():
         old = buckets.get(b)
         if old is None:
@@ -137,12 +146,14 @@ def drop_rows(
             continue
         removed_rows += len(bucket.sample_ids) - len(keep)
         if keep:
-            kept = _rows(bucket.sample_ids, bucket.owner_ids, bucket.arrays, keep)
-            buckets[b] = artifacts.put(encode_bucket(kept))
-            if remember is not None:
-                remember(buckets[b], kept)
+            rewritten[b] = _rows(bucket.sample_ids, bucket.owner_ids, bucket.arrays, keep)
         else:
             del buckets[b]
+    written = artifacts.put_many([encode_bucket(kept) for kept in rewritten.values()])
+    for (b, kept), digest in zip(rewritten.items(), written, strict=True):
+        buckets[b] = digest
+        if remember is not None:
+            remember(digest, kept)
     dropped = set(manifest["buckets"].values()) - set(buckets.values())
     out = {**manifest, "buckets": buckets}
     if "num_rows" in manifest:

@@ -6,7 +6,7 @@ import base64
 import hashlib
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
@@ -56,6 +56,9 @@ class S3ArtifactStore:
         self.client.put_object(Bucket=self.bucket, Key=self._key(digest), Body=data, ChecksumSHA256=checksum)
         return digest
 
+    def put_many(self, blobs: Sequence[bytes]) -> list[str]:
+        return [self.put(data) for data in blobs]  # each PUT is durable when it returns
+
     def get(self, digest: str) -> bytes:
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=self._key(digest))
@@ -68,6 +71,10 @@ class S3ArtifactStore:
 
     def delete(self, digest: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(digest))  # absent: a no-op in S3
+
+    def delete_many(self, digests: Collection[str]) -> None:
+        for digest in digests:
+            self.delete(digest)
 
     def digests(self) -> Iterator[str]:
         for key, _ in self._listing():

@@ -74,7 +74,7 @@ def test_a_round_reads_the_manifests_only_when_the_row_changed_since_they_were_n
     while the row is still that version; once anything changes the row, or for a version that never
     committed, the manifests are read from the row."""
     model_id = client.trained(n=40, samples_per_owner=2)
-    noted = {"training": '{"buckets": {}, "noted": 1}', "statistics": None}
+    noted: dict[str, Any] = {"training": {"buckets": {}, "noted": 1}, "statistics": None}
     manifests = KnownManifests()
 
     def round_model() -> Any:

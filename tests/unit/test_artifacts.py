@@ -3,6 +3,7 @@ return, so that a committed version never names a blob a power cut lost, and an 
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -75,6 +76,58 @@ def test_durable_put_syncs_the_bytes_before_the_rename_then_the_directories(
     synced.clear()
     store.put(b"a blob")  # already there: nothing to write, nothing to sync
     assert synced == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads fd paths from /proc")
+def test_put_many_syncs_every_new_file_before_any_rename_then_each_directory_once(
+    tmp_path: Path, synced: list[Path]
+) -> None:
+    store = LocalArtifactStore(tmp_path)
+    kept = store.put(b"already there")
+    synced.clear()
+    blobs = [b"one", b"two", b"already there", b"one", b"three"]
+    digests = store.put_many(blobs)
+    assert digests == [digest_of(b) for b in blobs]  # in order, duplicates included
+    assert [store.get(d) for d in digests] == blobs
+    files = [p for p in synced if p.name.startswith(".tmp-")]
+    folders = [p for p in synced if not p.name.startswith(".tmp-")]
+    assert len(files) == 3  # the three new blobs, once each; the stored one only refreshed
+    new = {digest_of(b) for b in (b"one", b"two", b"three")}
+    assert set(folders) >= {tmp_path / d[:2] for d in new} and kept not in {p.name for p in files}
+    last_file = max(i for i, p in enumerate(synced) if p in files)
+    first_rename_sync = min(i for i, p in enumerate(synced) if p in {tmp_path / d[:2] for d in new})
+    assert last_file < first_rename_sync  # every file's bytes were durable before the renames were synced
+    assert not list(tmp_path.glob("*/.tmp-*"))
+
+
+def test_put_many_that_fails_midway_leaves_no_blob_and_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while making one of three blobs durable: nothing of the batch is stored (no blob was
+    renamed into place before all were durable), no temporary file stays behind, the error reaches the
+    caller, and the store works on afterwards."""
+    store = LocalArtifactStore(tmp_path)
+    real, calls = os.fsync, itertools.count()
+
+    def failing(fd: int) -> None:
+        if next(calls) == 1:
+            raise OSError(28, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(artifacts_module.os, "fsync", failing)
+    with pytest.raises(OSError, match="No space left"):
+        store.put_many([b"first", b"second", b"third"])
+    monkeypatch.undo()
+    assert list(store.digests()) == []
+    assert not list(tmp_path.glob("*/.tmp-*"))
+    assert store.put_many([b"first"]) == [digest_of(b"first")]
+
+
+def test_delete_many_removes_every_blob_and_ignores_missing_ones(tmp_path: Path) -> None:
+    store = LocalArtifactStore(tmp_path)
+    kept, *gone = store.put_many([b"kept", b"a", b"b", b"c"])
+    store.delete_many([*gone, digest_of(b"never stored")])
+    assert list(store.digests()) == [kept]
 
 
 def test_delete_is_not_synced_and_a_missing_blob_is_a_no_op(tmp_path: Path, synced: list[Path]) -> None:

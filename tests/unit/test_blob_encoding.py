@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -93,9 +94,9 @@ class _CountingStore(LocalArtifactStore):
         super().__init__(root)
         self.puts = 0
 
-    def put(self, data: bytes) -> str:
-        self.puts += 1
-        return super().put(data)
+    def put_many(self, blobs: Sequence[bytes]) -> list[str]:
+        self.puts += len(blobs)
+        return super().put_many(blobs)
 
 
 def test_a_release_without_noise_is_one_blob_and_a_noisy_one_two(tmp_path: Path) -> None:

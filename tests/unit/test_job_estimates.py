@@ -124,9 +124,9 @@ def test_the_most_work_a_registration_may_ask_for_is_estimated_as_such() -> None
         method = get_method(name)
         declared = {p.name: p for p in method.hyperparameters()}
         # The SGD methods' work is their epochs; Newton's steps and CG products grow as lam shrinks
-        # (max_newton only caps them).
-        most = (
-            {"lam": declared["lam"].minimum}
+        # (max_newton only caps them; an explicit Hessian's cost does not depend on lam).
+        most: dict[str, object] = (
+            {"lam": declared["lam"].minimum, "solver": "cg"}
             if "lam" in declared
             else {"epochs": int(declared["epochs"].maximum or 0)}
         )

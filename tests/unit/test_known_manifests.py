@@ -7,9 +7,9 @@ from service.jobs.state import KnownManifests
 
 def test_the_model_updated_longest_ago_is_forgotten_beyond_capacity() -> None:
     manifests = KnownManifests(capacity=2)
-    manifests.note(1, "100", {"training": b"{}"})
-    manifests.note(2, "200", {"training": b"{}"})
-    manifests.note(1, "101", {"training": b'{"a": 1}'})  # model 1 updated again: now the newest
+    manifests.note(1, "100", {"training": {}})
+    manifests.note(2, "200", {"training": {}})
+    manifests.note(1, "101", {"training": {"a": 1}})  # model 1 updated again: now the newest
     manifests.note(3, "300", {"training": None})
     assert manifests.known(2) is None
     known = manifests.known(1)

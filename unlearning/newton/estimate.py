@@ -21,6 +21,7 @@ from typing import Any
 
 from unlearning.methods.job_estimate import FLOAT64, STEP_SECONDS
 from unlearning.newton.method import columns_for
+from unlearning.newton.solvers import auto_solver
 
 CG_LIMIT = 200  # CG iterations of one Newton step of train_perturbed
 LINE_SEARCH_TRIALS = 3  # margins evaluations per step (a full step is accepted near the optimum)
@@ -49,7 +50,7 @@ def newton_terms(rows: int, dim: int, classes: int, merged: Mapping[str, Any]) -
     steps, per_step = newton_steps(lam, int(merged.get("max_newton", 100)))
     solver = str(merged.get("solver", "auto"))
     if solver == "auto":
-        solver = "woodbury" if n <= min(1024, d // 4) else "cg"
+        solver = auto_solver(n, d)
     one_pass = 2.0 * n * d * c
     memory: Terms = {
         "Newton's per-row arrays (rows x columns)": ROW_ARRAYS * n * c * FLOAT64,
