@@ -12,8 +12,11 @@ import pytest
 from service.storage import buckets
 from service.storage.artifacts import LocalArtifactStore
 from service.storage.buckets import (
+    MIN_SHARED_BUCKETS,
     PER_OWNER,
+    SHARED_BUCKET_BYTES,
     Bucket,
+    bucket_count,
     bucket_of,
     decode_bucket,
     drop_rows,
@@ -109,3 +112,15 @@ def test_a_bucket_two_owners_hash_to_is_read_and_keeps_the_other(
     assert read.digests == [manifest["buckets"]["k"]]
     assert decode_bucket(store.get(out["buckets"]["k"])).sample_ids == ["s4"]  # o3's row stays
     assert out["num_rows"] == 3
+
+
+def test_buckets_are_per_owner_up_to_the_limit_then_shared_by_bytes() -> None:
+    """At most ``most`` owners: one bucket each. Past it, about SHARED_BUCKET_BYTES a bucket, never fewer
+    than MIN_SHARED_BUCKETS nor more than ``most``."""
+    owners = [f"o{i}" for i in range(5000)]
+    assert bucket_count(owners[:4096], 4096, 10**9) == PER_OWNER
+    assert bucket_count(owners, 4096, 1000 * SHARED_BUCKET_BYTES) == 1000
+    assert bucket_count(owners, 4096, 1000 * SHARED_BUCKET_BYTES + 1) == 1001
+    assert bucket_count(owners, 4096, 10) == MIN_SHARED_BUCKETS
+    assert bucket_count(owners, 4096, 10**12) == 4096
+    assert bucket_count(owners, 100, 10) == 100  # the limit wins over the floor

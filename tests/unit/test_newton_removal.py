@@ -127,6 +127,37 @@ def test_solvers_agree_and_cg_stops_at_its_tolerance() -> None:
     assert iters >= 1 and bool((residual <= 1.01e-3).all())
 
 
+@pytest.mark.parametrize(
+    ("rows", "dim", "expected"),
+    [
+        (40, 400, "woodbury"),
+        (100_000, 55, "cholesky"),
+        (1_000, 128, "cholesky"),
+        (1_000, 785, "cg"),
+        (64, 129, "cg"),
+    ],
+)
+def test_auto_solves_by_the_designs_shape(rows: int, dim: int, expected: str) -> None:
+    """Few rows against the columns: Woodbury; at most CHOLESKY_MAX_DIM columns: the explicit Hessian
+    (its cost is linear in the rows whatever lam, where CG's iterations grow as lam shrinks); else CG."""
+    from unlearning.newton.solvers import auto_solver
+
+    assert auto_solver(rows, dim) == expected
+
+
+def test_auto_on_a_small_design_lands_at_rounding_where_cg_stops_at_its_tolerance() -> None:
+    """The same removal step by ``auto`` (Cholesky, 12 columns) and by CG with a loose tolerance: the
+    factorised solve's charged residual is at rounding, far below CG's."""
+    objective, _ = _problem(3, m=200, d=12)
+    W = train_perturbed(
+        objective, torch.zeros(objective.design.dim, objective.columns, dtype=torch.float64)
+    ).weights
+    _, auto = _remove(objective, [0, 1], W, solver="auto")
+    _, cg = _remove(objective, [0, 1], W, solver="cg", rtol=1e-6)
+    assert max(auto.solver_residual) < 1e-12 < max(cg.solver_residual)
+    torch.testing.assert_close(auto.weights, cg.weights, rtol=1e-4, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------ removal
 
 
