@@ -28,6 +28,7 @@ def scoped(referenced: Callable[[list[str]], set[str]]) -> Referenced:
     return scope
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="fsync of directories is POSIX")
+needs_fd_paths = pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads fd paths from /proc")
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def test_put_is_content_addressed_and_round_trips(tmp_path: Path) -> None:
         store.get(digest)
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads fd paths from /proc")
+@needs_fd_paths
 def test_durable_put_syncs_the_bytes_before_the_rename_then_the_directories(
     tmp_path: Path, synced: list[Path]
 ) -> None:
@@ -78,7 +79,7 @@ def test_durable_put_syncs_the_bytes_before_the_rename_then_the_directories(
     assert synced == []
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads fd paths from /proc")
+@needs_fd_paths
 def test_put_many_syncs_every_new_file_before_any_rename_then_each_directory_once(
     tmp_path: Path, synced: list[Path]
 ) -> None:
