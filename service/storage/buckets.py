@@ -7,6 +7,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ class Bucket:
 PER_OWNER = 0  # ``num_buckets`` value meaning one bucket per owner
 SHARED_BUCKET_BYTES = 128 * 1024
 MIN_SHARED_BUCKETS = 256
-_WRITE_BATCH = 256  # buckets encoded and handed to put_many at once
+_WRITERS = 8
 
 
 def bucket_count(owner_ids: Sequence[str], most: int, nbytes: int) -> int:
@@ -72,12 +73,14 @@ def write_buckets(
     for i, owner in enumerate(owner_ids):
         rows[bucket_of(owner, num_buckets)].append(i)
 
+    def put(idx: list[int]) -> str:
+        return artifacts.put(encode_bucket(_rows(sample_ids, owner_ids, arrays, idx)))
+
+    # file creation dominates and releases the GIL: threads overlap it
     items = sorted(rows.items())
-    buckets: dict[str, str] = {}
-    for start in range(0, len(items), _WRITE_BATCH):  # written together; a batch at a time in memory
-        batch = items[start : start + _WRITE_BATCH]
-        encoded = [encode_bucket(_rows(sample_ids, owner_ids, arrays, idx)) for _, idx in batch]
-        buckets.update(zip((b for b, _ in batch), artifacts.put_many(encoded), strict=True))
+    with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
+        digests_ = list(pool.map(put, [idx for _, idx in items]))
+    buckets = {b: d for (b, _), d in zip(items, digests_)}
     manifest = {**extra, "num_buckets": num_buckets, "num_rows": len(sample_ids), "buckets": buckets}
     if num_buckets == PER_OWNER:
         manifest["shared_buckets"] = _shared_keys(owner_ids, num_buckets)
